@@ -1,0 +1,112 @@
+"""`agui-gateway check`: the offline judge.
+
+Replays one thread's events through the core, then judges one input, exactly
+as the service would (minus Kafka). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.core import Policy, ThreadState, Verdict, apply_event, judge
+from gateway.core.expiry import expires_at_ms
+from gateway.core.findings import Finding
+
+
+class CheckInputError(Exception):
+    """The files themselves cannot be read (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    verdict: Verdict
+    document: dict[str, Any]
+
+
+def parse_now(text: str | None) -> int:
+    if text is None:
+        return int(datetime.now(UTC).timestamp() * 1000)
+    at = expires_at_ms(text)
+    if at is None:
+        raise CheckInputError(f"--now {text!r} is not an ISO 8601 time")
+    return at
+
+
+def read_events(path: Path) -> list[Any]:
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise CheckInputError(f"cannot read events file {path}: {exc.strerror}") from None
+    events = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
+            raise CheckInputError(f"{path}:{number}: not JSON: {exc}") from None
+    return events
+
+
+def read_input(path: Path) -> Any:
+    try:
+        body = path.read_bytes()
+    except OSError as exc:
+        raise CheckInputError(f"cannot read input file {path}: {exc.strerror}") from None
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise CheckInputError(f"{path}: not JSON: {exc}") from None
+
+
+def _thread_of(events: list[Any], raw_input: Any) -> str:
+    for event in events:
+        if isinstance(event, dict) and isinstance(event.get("threadId"), str):
+            return event["threadId"]
+    if isinstance(raw_input, dict) and isinstance(raw_input.get("threadId"), str):
+        return raw_input["threadId"]
+    return ""
+
+
+def run_check(events: list[Any], raw_input: Any, now_ms: int, policy: Policy) -> CheckResult:
+    thread_id = _thread_of(events, raw_input)
+    state: ThreadState | None = None
+    event_warnings: list[Finding] = []
+    for index, event in enumerate(events):
+        outcome = apply_event(state, thread_id, event, at_ms=now_ms)
+        state = outcome.state
+        for warning in outcome.warnings:
+            where = f"/events/{index}" + (warning.path or "")
+            event_warnings.append(
+                Finding(
+                    warning.code,
+                    f"event {index}: {warning.detail}",
+                    warning.interrupt_id,
+                    where,
+                    warning.rule,
+                )
+            )
+    decision, _ = judge(state, raw_input, now_ms, policy, thread_id=thread_id or None)
+    document = decision.to_json()
+    document["warnings"] = [w.to_json() for w in event_warnings] + document["warnings"]
+    return CheckResult(decision.verdict, document)
+
+
+def main(events_path: str, input_path: str, now: str | None, strict: bool) -> int:
+    try:
+        now_ms = parse_now(now)
+        events = read_events(Path(events_path))
+        raw_input = read_input(Path(input_path))
+    except CheckInputError as exc:
+        print(f"agui-gateway check: {exc}", file=sys.stderr)
+        return 2
+    result = run_check(events, raw_input, now_ms, Policy(strict=strict))
+    sys.stdout.buffer.write(orjson.dumps(result.document, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()
+    return 0 if result.verdict is Verdict.FORWARD else 1

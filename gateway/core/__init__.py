@@ -1,0 +1,36 @@
+"""The protocol core: pure rules, no I/O, no clock (time is an argument).
+
+Imports nothing from the rest of `gateway` and no I/O library (a test
+enforces it). Entry points:
+
+- `apply_event(state, thread_id, event, at_ms)`: the thread state machine.
+- `judge(state, raw_input, now_ms, policy, thread_id)`: one run request.
+"""
+
+from gateway.core.classify import EventKind, classify
+from gateway.core.codes import Reason, Rule, Verdict, Warn
+from gateway.core.decision import Answer, Decision, Policy
+from gateway.core.findings import Finding
+from gateway.core.judge import judge
+from gateway.core.lifecycle import Change, EventOutcome, apply_event
+from gateway.core.state import InterruptRecord, RunStatus, ThreadState
+
+__all__ = [
+    "Answer",
+    "Change",
+    "Decision",
+    "EventKind",
+    "EventOutcome",
+    "Finding",
+    "InterruptRecord",
+    "Policy",
+    "Reason",
+    "Rule",
+    "RunStatus",
+    "ThreadState",
+    "Verdict",
+    "Warn",
+    "apply_event",
+    "classify",
+    "judge",
+]

@@ -1,0 +1,61 @@
+"""Reason and warning codes: the gateway's public contract (see README, "Codes").
+
+Values are stable strings; they appear in rejection and warning records, in
+reply messages, in metrics labels and in `agui-gateway check` output.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Verdict(StrEnum):
+    """What the gateway does with one incoming run request."""
+
+    FORWARD = "forward"
+    REJECT = "reject"
+    DUPLICATE = "duplicate"
+
+
+class Reason(StrEnum):
+    """Why a request was rejected. One reason per offending interrupt or location."""
+
+    MALFORMED_INPUT = "malformed_input"
+    THREAD_MISMATCH = "thread_mismatch"
+    RUN_ACTIVE = "run_active"
+    UNCOVERED_INTERRUPT = "uncovered_interrupt"
+    EXPIRED_INTERRUPT = "expired_interrupt"
+    DUPLICATE_ENTRY = "duplicate_entry"
+    PAYLOAD_SCHEMA_MISMATCH = "payload_schema_mismatch"
+    UNRECOGNISED_ENTRY = "unrecognised_entry"  # strict mode only
+    THREAD_UNKNOWN = "thread_unknown"  # strict mode only
+    ALREADY_RESUMED = "already_resumed"
+
+
+class Warn(StrEnum):
+    """What the gateway noticed without rejecting anything."""
+
+    UNRECOGNISED_ENTRY = "unrecognised_entry"
+    THREAD_UNKNOWN = "thread_unknown"
+    EXPIRY_UNREADABLE = "expiry_unreadable"
+    UNKNOWN_MEMBER_STRIPPED = "unknown_member_stripped"
+    RESPONSE_SCHEMA_UNUSABLE = "response_schema_unusable"
+    PROTOCOL_VIOLATION = "protocol_violation"
+    UNKNOWN_EVENT_TYPE = "unknown_event_type"
+    LATE_RUN_ERROR = "late_run_error"
+    INTERRUPT_EXPIRED = "interrupt_expired"
+
+
+class Rule(StrEnum):
+    """The lifecycle rule a `protocol_violation` warning names."""
+
+    FIRST_EVENT = "first_event"
+    NESTED_RUN_STARTED = "nested_run_started"
+    EVENT_AFTER_CLOSE = "event_after_close"
+    RUN_ID_MISMATCH = "run_id_mismatch"
+    THREAD_ID_MISMATCH = "thread_id_mismatch"
+    EMPTY_INTERRUPT_OUTCOME = "empty_interrupt_outcome"
+    DUPLICATE_INTERRUPT_ID = "duplicate_interrupt_id"
+    MALFORMED_EVENT = "malformed_event"
+    SUBAGENT_NOT_STARTED = "subagent_not_started"
+    SUBAGENT_ALREADY_STARTED = "subagent_already_started"

@@ -1,0 +1,303 @@
+"""Judging one incoming run request against its thread's state.
+
+`judge` returns a `Decision` (forward, reject or duplicate, with every reason
+and warning found, not just the first) and the thread's new state: a forward
+is remembered, so a re-sent request is a duplicate and a different answer to
+interrupts already answered is `already_resumed` until the agent moves the
+thread on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from gateway.core import expiry, response_schema
+from gateway.core.codes import Reason, Verdict, Warn
+from gateway.core.decision import Answer, Decision, Policy
+from gateway.core.findings import Finding, pointer
+from gateway.core.shape import Path, read_input, remove_paths
+from gateway.core.state import FORWARDS_KEPT, ForwardRecord, InterruptRecord, RunStatus, ThreadState
+
+_DEFAULT_POLICY = Policy()
+
+
+class _Findings:
+    def __init__(self) -> None:
+        self.reasons: list[Finding] = []
+        self.warnings: list[Finding] = []
+
+    def reject(self, code: Reason, detail: str, **kw: Any) -> None:
+        self.reasons.append(Finding(str(code), detail, **kw))
+
+    def warn(self, code: Warn, detail: str, **kw: Any) -> None:
+        self.warnings.append(Finding(str(code), detail, **kw))
+
+
+def fingerprint(run_id: str, resume: object) -> str:
+    """Identity of a request for duplicate detection: its runId and resume entries."""
+    body = orjson.dumps([run_id, resume], option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(body, digest_size=12).hexdigest()
+
+
+def judge(
+    state: ThreadState | None,
+    raw: object,
+    now_ms: int,
+    policy: Policy = _DEFAULT_POLICY,
+    thread_id: str | None = None,
+) -> tuple[Decision, ThreadState | None]:
+    """Judge `raw` (one RunAgentInput, as decoded JSON) at `now_ms` (epoch ms).
+
+    `thread_id` is where the request was addressed (the record key); None
+    takes the input's own threadId.
+    """
+    found = _Findings()
+    if not isinstance(raw, dict):
+        found.reject(Reason.MALFORMED_INPUT, "a RunAgentInput must be a JSON object", path="")
+        return _reject(found, thread_id, None), state
+    shape = read_input(raw)
+    raw_run = raw.get("runId")
+    run_id = raw_run if isinstance(raw_run, str) else None
+    raw_thread = raw.get("threadId")
+    if isinstance(raw_thread, str) and thread_id is not None and raw_thread != thread_id:
+        found.reject(
+            Reason.THREAD_MISMATCH,
+            f"input names thread {raw_thread!r} but was addressed to thread {thread_id!r}",
+            path="/threadId",
+        )
+    thread_id = (
+        thread_id
+        if thread_id is not None
+        else (raw_thread if isinstance(raw_thread, str) else None)
+    )
+    for where, message in shape.malformed:
+        found.reject(Reason.MALFORMED_INPUT, message, path=where)
+    if shape.model is None or shape.doc is None:
+        return _reject(found, thread_id, run_id), state
+
+    model = shape.model
+    doc = shape.doc
+    raw_resume = raw.get("resume")
+    print_ = fingerprint(model.run_id, raw_resume)
+    if (
+        state is not None
+        and not found.reasons
+        and any(f.fingerprint == print_ for f in state.forwards)
+    ):
+        return Decision(Verdict.DUPLICATE, thread_id=thread_id, run_id=run_id), state
+
+    for path, message in shape.stripped_unions:
+        where = pointer(*path)
+        found.warn(
+            Warn.UNKNOWN_MEMBER_STRIPPED,
+            f"unrecognised union member stripped at {where}: {message}",
+            path=where,
+        )
+    strip: list[Path] = list(shape.unknown)
+    for path in shape.unknown:
+        where = pointer(*path)
+        found.warn(Warn.UNKNOWN_MEMBER_STRIPPED, f"unknown member {where} stripped", path=where)
+
+    entries = model.resume or []
+    by_id: dict[str, list[int]] = {}
+    for index, entry in enumerate(entries):
+        by_id.setdefault(entry.interrupt_id, []).append(index)
+    for interrupt_id, indexes in by_id.items():
+        if len(indexes) > 1:
+            found.reject(
+                Reason.DUPLICATE_ENTRY,
+                f"{len(indexes)} resume entries name interrupt {interrupt_id!r} "
+                f"(entries {', '.join(map(str, indexes))})",
+                interrupt_id=interrupt_id,
+                path=pointer("resume", indexes[1]),
+            )
+
+    answers: list[Answer] = []
+    known = state is not None and state.status is not RunStatus.UNKNOWN
+    if not known:
+        if policy.strict:
+            found.reject(
+                Reason.THREAD_UNKNOWN, f"no run seen on thread {thread_id!r} (strict mode)"
+            )
+        else:
+            found.warn(
+                Warn.THREAD_UNKNOWN,
+                f"no run seen on thread {thread_id!r}; forwarded unjudged",
+            )
+    else:
+        assert state is not None
+        if state.status is RunStatus.ACTIVE:
+            found.reject(
+                Reason.RUN_ACTIVE,
+                f"run {state.run_id!r} on thread {thread_id!r} is still active; "
+                "a new input must wait until it closes",
+            )
+        else:
+            open_ids = {i.id for i in state.interrupts}
+            answers = _judge_open(state, entries, by_id, now_ms, found)
+            for index, entry in enumerate(entries):
+                if entry.interrupt_id in open_ids:
+                    continue
+                detail = (
+                    f"resume entry names interrupt {entry.interrupt_id!r}, which is not open on "
+                    f"thread {thread_id!r}" + _not_open_because(state)
+                )
+                if policy.strict:
+                    found.reject(
+                        Reason.UNRECOGNISED_ENTRY,
+                        detail,
+                        interrupt_id=entry.interrupt_id,
+                        path=pointer("resume", index),
+                    )
+                else:
+                    found.warn(
+                        Warn.UNRECOGNISED_ENTRY,
+                        detail + "; stripped",
+                        interrupt_id=entry.interrupt_id,
+                        path=pointer("resume", index),
+                    )
+                    strip.append(("resume", index))
+
+    if found.reasons:
+        return _reject(found, thread_id, run_id), state
+    forwarded = remove_paths(doc, strip)
+    decision = Decision(
+        Verdict.FORWARD,
+        warnings=tuple(found.warnings),
+        input=forwarded,
+        thread_id=thread_id,
+        run_id=run_id,
+        answers=tuple(answers),
+    )
+    return decision, _remember(state, thread_id, model.run_id, print_, answers, now_ms)
+
+
+def _judge_open(
+    state: ThreadState,
+    entries: list[Any],
+    by_id: dict[str, list[int]],
+    now_ms: int,
+    found: _Findings,
+) -> list[Answer]:
+    answered_before = {
+        i
+        for f in state.forwards
+        if not f.settled and f.answered_run_id == state.run_id
+        for i in f.interrupt_ids
+    }
+    answers: list[Answer] = []
+    for interrupt in state.interrupts:
+        indexes = by_id.get(interrupt.id)
+        if not indexes:
+            found.reject(
+                Reason.UNCOVERED_INTERRUPT,
+                f"interrupt {interrupt.id!r} ({interrupt.reason}{_attribution(interrupt)}) of run "
+                f"{state.run_id!r} has no resume entry; answer it or abandon it with status "
+                "'cancelled'",
+                interrupt_id=interrupt.id,
+            )
+            continue
+        index = indexes[0]
+        entry = entries[index]
+        if interrupt.id in answered_before:
+            found.reject(
+                Reason.ALREADY_RESUMED,
+                f"interrupt {interrupt.id!r} was already answered by a forwarded request; "
+                "wait for the agent's next run",
+                interrupt_id=interrupt.id,
+                path=pointer("resume", index),
+            )
+        answers.append(
+            Answer(
+                interrupt.id,
+                interrupt.reason,
+                entry.status,
+                state.closed_at_ms,
+                interrupt.subagent_run_id,
+            )
+        )
+        judged = expiry.judge(interrupt.expires_at, now_ms)
+        if judged is expiry.Expiry.UNREADABLE:
+            found.warn(
+                Warn.EXPIRY_UNREADABLE,
+                f"expiresAt {interrupt.expires_at!r} of interrupt {interrupt.id!r} is not an "
+                "ISO 8601 time; judged not expired",
+                interrupt_id=interrupt.id,
+            )
+        if entry.status != "resolved":
+            continue
+        if judged is expiry.Expiry.EXPIRED:
+            found.reject(
+                Reason.EXPIRED_INTERRUPT,
+                f"interrupt {interrupt.id!r} expired at {interrupt.expires_at}; it can only be "
+                "abandoned (status 'cancelled')",
+                interrupt_id=interrupt.id,
+                path=pointer("resume", index, "status"),
+            )
+        if interrupt.response_schema is not None:
+            _check_payload(interrupt, entry.payload, index, found)
+    return answers
+
+
+def _check_payload(interrupt: InterruptRecord, payload: Any, index: int, found: _Findings) -> None:
+    result = response_schema.check(interrupt.response_schema, payload)
+    if not result.usable:
+        found.warn(
+            Warn.RESPONSE_SCHEMA_UNUSABLE,
+            f"responseSchema of interrupt {interrupt.id!r} cannot be used ({result.detail}); "
+            "payload not checked",
+            interrupt_id=interrupt.id,
+        )
+    elif not result.ok:
+        for where, message in result.problems:
+            found.reject(
+                Reason.PAYLOAD_SCHEMA_MISMATCH,
+                f"payload for interrupt {interrupt.id!r} breaks its responseSchema at "
+                f"{where or '/'}: {message}",
+                interrupt_id=interrupt.id,
+                path=pointer("resume", index, "payload") + where,
+            )
+
+
+def _attribution(interrupt: InterruptRecord) -> str:
+    return f", subagent {interrupt.subagent_run_id}" if interrupt.subagent_run_id else ""
+
+
+def _not_open_because(state: ThreadState) -> str:
+    if state.interrupts:
+        return ""
+    return f" (its latest run {state.run_id!r} is {state.status}, not interrupted)"
+
+
+def _reject(found: _Findings, thread_id: str | None, run_id: str | None) -> Decision:
+    return Decision(
+        Verdict.REJECT,
+        reasons=tuple(found.reasons),
+        warnings=tuple(found.warnings),
+        thread_id=thread_id,
+        run_id=run_id,
+    )
+
+
+def _remember(
+    state: ThreadState | None,
+    thread_id: str | None,
+    run_id: str,
+    print_: str,
+    answers: list[Answer],
+    now_ms: int,
+) -> ThreadState | None:
+    if thread_id is None:
+        return state
+    base = state if state is not None else ThreadState(thread_id)
+    record = ForwardRecord(
+        run_id=run_id,
+        fingerprint=print_,
+        answered_run_id=base.run_id if answers else None,
+        interrupt_ids=tuple(a.interrupt_id for a in answers),
+    )
+    return replace(base, forwards=(*base.forwards, record)[-FORWARDS_KEPT:], updated_ms=now_ms)

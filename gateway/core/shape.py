@@ -1,0 +1,140 @@
+"""The shape of an incoming RunAgentInput, read by the processing model.
+
+Unrecognised material (unknown members, unrecognised union members) is
+located so it can be stripped with a warning; a known field carrying a value
+the schema rejects is malformed, never coerced or repaired. Objects the
+schema leaves open (`state`, `forwardedProps`, `payload`, `metadata`, ...)
+are typed `Any`/dict by the protocol's models and so are never walked into.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ag_ui.core import RunAgentInput
+from pydantic import BaseModel, ValidationError
+
+from gateway.core.findings import pointer
+
+Path = tuple[str | int, ...]
+MAX_UNION_STRIPS = 64
+
+
+@dataclass(slots=True)
+class Shape:
+    """What reading an input found."""
+
+    model: RunAgentInput | None = None
+    malformed: list[tuple[str, str]] = field(default_factory=list)  # (pointer, message)
+    unknown: list[Path] = field(default_factory=list)  # unknown members, in `doc`
+    stripped_unions: list[tuple[Path, str]] = field(default_factory=list)
+    doc: dict[str, Any] | None = None  # the input with unrecognised union members removed
+
+
+def read_input(raw: dict[str, Any]) -> Shape:
+    """Validate `raw` against the protocol's RunAgentInput, strictly, by wire names."""
+    shape = Shape()
+    doc = raw
+    for _ in range(MAX_UNION_STRIPS):
+        try:
+            model = RunAgentInput.model_validate(doc, strict=True, by_alias=True, by_name=False)
+        except ValidationError as exc:
+            errors = exc.errors()
+            tags = [e for e in errors if e["type"] == "union_tag_invalid"]
+            if tags and len(tags) == len(errors):
+                path = _raw_path(doc, tags[0]["loc"])
+                if path:
+                    shape.stripped_unions.append((path, tags[0]["msg"]))
+                    doc = remove_paths(doc, [path])
+                    continue
+            shape.malformed = [_malformed(doc, e) for e in errors]
+            return shape
+        shape.model = model
+        shape.doc = doc
+        _unknown_members(model, doc, (), shape.unknown)
+        return shape
+    shape.malformed = [("", f"more than {MAX_UNION_STRIPS} unrecognised union members")]
+    return shape
+
+
+def _malformed(doc: Any, error: Any) -> tuple[str, str]:
+    loc = error["loc"]
+    path = _raw_path(doc, loc)
+    if error["type"] == "missing" and loc:
+        path = (*path, loc[-1])
+    where = pointer(*path)
+    return where, f"{where or '/'}: {error['msg']}"
+
+
+def _raw_path(doc: Any, loc: tuple[Any, ...]) -> Path:
+    """Map a pydantic error location onto the raw document, skipping union tags."""
+    path: list[str | int] = []
+    node = doc
+    for part in loc:
+        if isinstance(node, dict) and isinstance(part, str) and part in node:
+            node = node[part]
+            path.append(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+            path.append(part)
+    return tuple(path)
+
+
+def _unknown_members(model: BaseModel, raw: Any, at: Path, out: list[Path]) -> None:
+    if not isinstance(raw, dict):
+        return
+    if model.__pydantic_extra__:
+        out.extend((*at, key) for key in model.__pydantic_extra__)
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        key = info.alias or name
+        if isinstance(value, BaseModel):
+            _unknown_members(value, raw.get(key), (*at, key), out)
+        elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
+            items = raw.get(key)
+            if isinstance(items, list):
+                for index, (item, raw_item) in enumerate(zip(value, items, strict=False)):
+                    if isinstance(item, BaseModel):
+                        _unknown_members(item, raw_item, (*at, key, index), out)
+
+
+def remove_paths(doc: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
+    """A copy of `doc` without the members at `paths`; untouched branches are shared."""
+    if not paths:
+        return doc
+    tree: dict[Any, Any] = {}
+    for path in paths:
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if node is None:
+                break
+        else:
+            node[path[-1]] = None  # a leaf: remove
+    return _prune(doc, tree)
+
+
+def _prune(node: Any, tree: dict[Any, Any]) -> Any:
+    if isinstance(node, dict):
+        out = dict(node)
+        for key, sub in tree.items():
+            if key not in out:
+                continue
+            if sub is None:
+                del out[key]
+            else:
+                out[key] = _prune(out[key], sub)
+        return out
+    if isinstance(node, list):
+        out_list = list(node)
+        for key in sorted((k for k in tree if isinstance(k, int)), reverse=True):
+            if not 0 <= key < len(out_list):
+                continue
+            sub = tree[key]
+            if sub is None:
+                del out_list[key]
+            else:
+                out_list[key] = _prune(out_list[key], sub)
+        return out_list
+    return node
