@@ -21,6 +21,7 @@ from gateway.core.decision import Answer, Decision, Policy
 from gateway.core.findings import Finding, pointer
 from gateway.core.shape import Path, read_input, remove_paths
 from gateway.core.state import FORWARDS_KEPT, ForwardRecord, InterruptRecord, RunStatus, ThreadState
+from gateway.core.sweep import answered_ids
 
 _DEFAULT_POLICY = Policy()
 
@@ -183,12 +184,7 @@ def _judge_open(
     now_ms: int,
     found: _Findings,
 ) -> list[Answer]:
-    answered_before = {
-        i
-        for f in state.forwards
-        if not f.settled and f.answered_run_id == state.run_id
-        for i in f.interrupt_ids
-    }
+    answered_before = answered_ids(state)
     answers: list[Answer] = []
     for interrupt in state.interrupts:
         indexes = by_id.get(interrupt.id)
