@@ -198,7 +198,10 @@ def _nested_start(step: _Step) -> None:
 def _finish(step: _Step) -> None:
     event = step.event
     outcome = event.get("outcome")
-    if isinstance(outcome, dict) and outcome.get("type") not in _KNOWN_OUTCOMES:
+    outcome_type = outcome.get("type") if isinstance(outcome, dict) else None
+    if isinstance(outcome, dict) and not (
+        isinstance(outcome_type, str) and outcome_type in _KNOWN_OUTCOMES
+    ):
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
             f"unrecognised outcome type {outcome.get('type')!r} stripped; the run reads as success",
