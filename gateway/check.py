@@ -6,6 +6,7 @@ as the service would (minus Kafka). Prints one JSON object.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -107,6 +108,10 @@ def main(events_path: str, input_path: str, now: str | None, strict: bool) -> in
         print(f"agui-gateway check: {exc}", file=sys.stderr)
         return 2
     result = run_check(events, raw_input, now_ms, Policy(strict=strict))
-    sys.stdout.buffer.write(orjson.dumps(result.document, option=orjson.OPT_INDENT_2) + b"\n")
+    try:
+        body = orjson.dumps(result.document, option=orjson.OPT_INDENT_2)
+    except orjson.JSONEncodeError:  # deeper than orjson's 254 levels, which it decodes
+        body = json.dumps(result.document, indent=2, ensure_ascii=False).encode()
+    sys.stdout.buffer.write(body + b"\n")
     sys.stdout.flush()
     return 0 if result.verdict is Verdict.FORWARD else 1
