@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from gateway.core.classify import EventKind, classify
 from gateway.core.codes import Rule, Warn
 from gateway.core.findings import Finding, pointer
+from gateway.core.shape import error_pointer
 from gateway.core.state import (
     InterruptRecord,
     RunStatus,
@@ -137,7 +138,7 @@ def _model(step: _Step, model: type[BaseModel], event: dict[str, Any]) -> BaseMo
         return model.model_validate(event, strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = pointer(*first["loc"])
+        where = error_pointer(event, first)
         step.violation(
             Rule.MALFORMED_EVENT,
             f"{event.get('type')} has a malformed known field at {where or '/'}: {first['msg']}",

@@ -59,12 +59,17 @@ def read_input(raw: dict[str, Any]) -> Shape:
 
 
 def _malformed(doc: Any, error: Any) -> tuple[str, str]:
+    where = error_pointer(doc, error)
+    return where, f"{where or '/'}: {error['msg']}"
+
+
+def error_pointer(doc: Any, error: Any) -> str:
+    """The JSON Pointer into `doc` of one pydantic validation error."""
     loc = error["loc"]
     path = _raw_path(doc, loc)
     if error["type"] == "missing" and loc:
         path = (*path, loc[-1])
-    where = pointer(*path)
-    return where, f"{where or '/'}: {error['msg']}"
+    return pointer(*path)
 
 
 def _raw_path(doc: Any, loc: tuple[Any, ...]) -> Path:
