@@ -38,6 +38,27 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="unrecognised entries and unknown threads reject instead of warn",
     )
+
+    commands.add_parser(
+        "run",
+        help="run the gateway (settings from AGUI_GATEWAY_* variables and the config file)",
+    )
+
+    topics = commands.add_parser("topics", help="manage an agent's topics")
+    topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+    create = topic_commands.add_parser(
+        "create", help="create an agent's topic set (idempotent; reports what it cannot fix)"
+    )
+    create.add_argument("--agent", required=True, help="the agent's name")
+    create.add_argument(
+        "--partitions", type=int, default=3, help="partitions of the agent's topics (default 3)"
+    )
+    create.add_argument(
+        "--shared-partitions",
+        type=int,
+        default=3,
+        help="partitions of agui.rejections and agui.warnings if created (default 3)",
+    )
     return parser
 
 
@@ -47,6 +68,24 @@ def main(argv: list[str] | None = None) -> int:
         from gateway import check
 
         return check.main(args.events, args.input, args.now, args.strict)
+    from gateway.settings import Settings
+
+    try:
+        settings = Settings()
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"agui-gateway: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "run":
+        from gateway import service
+
+        return service.main(settings)
+    if args.command == "topics":
+        from gateway import topics_cli
+
+        if args.partitions < 1 or args.shared_partitions < 1:
+            print("agui-gateway topics: partitions must be at least 1", file=sys.stderr)
+            return 2
+        return topics_cli.main(settings, args.agent, args.partitions, args.shared_partitions)
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
 
 

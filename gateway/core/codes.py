@@ -44,6 +44,7 @@ class Warn(StrEnum):
     UNKNOWN_EVENT_TYPE = "unknown_event_type"
     LATE_RUN_ERROR = "late_run_error"
     INTERRUPT_EXPIRED = "interrupt_expired"
+    REPLY_TOPIC_UNKNOWN = "reply_topic_unknown"
 
 
 class Rule(StrEnum):
@@ -59,3 +60,4 @@ class Rule(StrEnum):
     MALFORMED_EVENT = "malformed_event"
     SUBAGENT_NOT_STARTED = "subagent_not_started"
     SUBAGENT_ALREADY_STARTED = "subagent_already_started"
+    MISSING_KEY = "missing_key"

@@ -1,0 +1,66 @@
+"""Changelog values: a thread's state as versioned Avro (fastavro).
+
+A value is one format-version byte followed by the Avro binary encoding of
+`schemas/thread_state.v<N>.avsc`. Readers keep every version's schema, so a
+newer gateway restores an older changelog (Avro schema resolution fills new
+fields from their defaults). A tombstone (null value) deletes a thread.
+"""
+
+from __future__ import annotations
+
+import io
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from gateway.core.state import ThreadState, from_dict, to_dict
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+CURRENT_VERSION = 1
+
+
+class ChangelogFormatError(ValueError):
+    """A changelog value this gateway cannot read."""
+
+
+@cache
+def schema(version: int) -> Any:
+    path = SCHEMA_DIR / f"thread_state.v{version}.avsc"
+    try:
+        return parse_schema(orjson.loads(path.read_bytes()))
+    except FileNotFoundError:
+        raise ChangelogFormatError(f"unknown changelog format version {version}") from None
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def encode(state: ThreadState) -> bytes:
+    record = to_dict(state)
+    for item in record["interrupts"]:
+        item["response_schema_json"] = _json_or_none(item.pop("response_schema"))
+        item["metadata_json"] = _json_or_none(item.pop("metadata"))
+    out = io.BytesIO()
+    out.write(bytes([CURRENT_VERSION]))
+    schemaless_writer(out, schema(CURRENT_VERSION), record)
+    return out.getvalue()
+
+
+def decode(value: bytes) -> ThreadState:
+    if not value:
+        raise ChangelogFormatError("empty changelog value")
+    writer = schema(value[0])
+    try:
+        record = schemaless_reader(io.BytesIO(value[1:]), writer, schema(CURRENT_VERSION))
+    except Exception as exc:
+        raise ChangelogFormatError(f"undecodable changelog value: {exc}") from None
+    for item in record["interrupts"]:
+        raw_schema = item.pop("response_schema_json", None)
+        raw_meta = item.pop("metadata_json", None)
+        item["response_schema"] = orjson.loads(raw_schema) if raw_schema else None
+        item["metadata"] = orjson.loads(raw_meta) if raw_meta else None
+    return from_dict(record)

@@ -1,0 +1,101 @@
+"""Records as the shell sees them, and the JSON bytes on the gateway's topics."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+TIMESTAMP_LOG_APPEND = 1
+
+HEADER_REPLY_TO = "agui-reply-to"
+HEADER_CORRELATION_ID = "agui-correlation-id"
+
+
+@dataclass(slots=True)
+class InRecord:
+    """One consumed record of an agent's events or requests topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int  # epoch ms
+    log_append_time: bool
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    received: float = 0.0  # monotonic seconds when consumed
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers:
+            if key == name and value is not None:
+                try:
+                    return value.decode()
+                except UnicodeDecodeError:
+                    return None
+        return None
+
+    def source(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
+
+
+@dataclass(slots=True)
+class OutRecord:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    partition: int | None = None
+
+
+class Undecodable(ValueError):
+    pass
+
+
+def decode_json(value: bytes | None) -> Any:
+    """The JSON value of a record, or Undecodable with a specific reason."""
+    if value is None:
+        raise Undecodable("the record has no value (null)")
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Undecodable("the record value is not UTF-8 text") from None
+        raise Undecodable(f"the record value is not JSON: {exc}") from None
+
+
+def original_input(value: bytes | None) -> dict[str, Any]:
+    """How a rejection carries the request it rejects, whatever its bytes were."""
+    if value is None:
+        return {"input": None}
+    try:
+        return {"input": orjson.loads(value)}
+    except orjson.JSONDecodeError:
+        try:
+            return {"input": None, "inputText": value.decode("utf-8")}
+        except UnicodeDecodeError:
+            return {"input": None, "inputBase64": base64.b64encode(value).decode()}
+
+
+_TYPE_PREFIX = b'{"type":"'
+
+
+def peek_type(value: bytes | None) -> str | None:
+    """The event type when the value opens with it (the common layout), without parsing."""
+    if value is None or not value.startswith(_TYPE_PREFIX):
+        return None
+    end = value.find(b'"', len(_TYPE_PREFIX))
+    if end < 0 or end - len(_TYPE_PREFIX) > 64:
+        return None
+    try:
+        return value[len(_TYPE_PREFIX) : end].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value)

@@ -1,0 +1,464 @@
+"""One co-partitioned pair: partition p of an agent's events and requests topics.
+
+The pair merges its two buffered inputs in timestamp order, feeds them to the
+core, and collects what must happen (output records, metric updates, state
+changes) for the runner to commit in one transaction. Nothing here talks to
+Kafka: the runner hands in records and fences and takes out records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.codec import changelog
+from gateway.codec.records import (
+    HEADER_CORRELATION_ID,
+    HEADER_REPLY_TO,
+    InRecord,
+    OutRecord,
+    Undecodable,
+    decode_json,
+    dumps,
+    original_input,
+    peek_type,
+)
+from gateway.core import (
+    Change,
+    Decision,
+    Policy,
+    Reason,
+    Rule,
+    RunStatus,
+    ThreadState,
+    Verdict,
+    Warn,
+    apply_event,
+    judge,
+)
+from gateway.core.classify import EventKind, classify
+from gateway.core.findings import Finding
+from gateway.core.sweep import expire_due
+from gateway.kafka.topics import LEGAL_TOPIC, AgentTopics
+from gateway.observe.metrics import Metrics, event_type_label, reason_label
+from gateway.observe.warnings import WarningLimiter
+from gateway.state.retention import Retention
+from gateway.state.store import ThreadStore
+
+log = logging.getLogger("gateway.pair")
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Events up to `events_end` were in the log when requests up to `covers` had arrived."""
+
+    covers: int  # highest request offset the fence covers
+    events_end: int  # the events partition's end offset, looked up after those requests
+
+
+@dataclass(frozen=True, slots=True)
+class PairContext:
+    settings_strict: bool
+    rejections_topic: str
+    warnings_topic: str
+    merge_max_wait_s: float
+    retention: Retention
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+class PartitionPair:
+    def __init__(
+        self,
+        topics: AgentTopics,
+        partition: int,
+        context: PairContext,
+        metrics: Metrics,
+        limiter: WarningLimiter,
+        topic_exists: Callable[[str], bool],
+    ) -> None:
+        self.topics = topics
+        self.agent = topics.agent
+        self.partition = partition
+        self.ctx = context
+        self.policy = Policy(strict=context.settings_strict)
+        self.metrics = metrics
+        self.limiter = limiter
+        self.topic_exists = topic_exists
+        self.store = ThreadStore()
+        self.events: deque[InRecord] = deque()
+        self.requests: deque[InRecord] = deque()
+        self.fence: Fence | None = None
+        self.waiting_since: float | None = None
+        # pending until the round's transaction commits
+        self.out: list[OutRecord] = []
+        self.next_offsets: dict[str, int] = {}  # "events"/"requests" -> next offset
+        self._deferred: list[Callable[[], None]] = []
+        self._event_counts: Counter[str] = Counter()
+        self._decided: list[float] = []
+        self._open_delta = 0
+        self._thread_delta = 0
+        self.dirty_since: float | None = None
+        # committed facts
+        self.open_interrupts = 0
+        self.thread_count = 0
+
+    # --- intake ------------------------------------------------------------------------
+
+    def take(self, side: str, records: list[InRecord]) -> None:
+        (self.events if side == "events" else self.requests).extend(records)
+
+    def needs_fence(self) -> bool:
+        if not self.requests:
+            return False
+        return self.fence is None or self.requests[0].offset > self.fence.covers
+
+    def set_fence(self, events_end: int) -> None:
+        if self.requests:
+            self.fence = Fence(self.requests[-1].offset, events_end)
+
+    def has_work(self) -> bool:
+        return bool(self.events or self.requests)
+
+    def has_pending(self) -> bool:
+        return bool(self.next_offsets or self.out or self.store.changes())
+
+    # --- the merge -------------------------------------------------------------------------
+
+    def process(self, events_position: int | None, mono_now: float, wall_ms: int) -> None:
+        """Consume buffered records in timestamp order, as far as the fence allows."""
+        events, requests = self.events, self.requests
+        while events or requests:
+            if requests and (not events or requests[0].timestamp < events[0].timestamp):
+                head = requests[0]
+                if not events and not self._fenced(head, events_position):
+                    if self.waiting_since is None:
+                        self.waiting_since = mono_now
+                    if mono_now - self.waiting_since < self.ctx.merge_max_wait_s:
+                        break  # the events side lags: wait for it, bounded
+                    log.warning(
+                        "judging a request without its events side caught up",
+                        extra={
+                            "agent": self.agent,
+                            "partition": self.partition,
+                            "waited_s": round(mono_now - self.waiting_since, 3),
+                        },
+                    )
+                    self._defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
+                self.waiting_since = None
+                requests.popleft()
+                self._judge(head, wall_ms)
+            else:
+                self._apply(events.popleft())
+        if self.next_offsets and self.dirty_since is None:
+            self.dirty_since = mono_now
+
+    def _fenced(self, head: InRecord, events_position: int | None) -> bool:
+        fence = self.fence
+        if fence is None or head.offset > fence.covers or events_position is None:
+            return False
+        return events_position >= fence.events_end
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _apply(self, record: InRecord) -> None:
+        self.next_offsets["events"] = record.offset + 1
+        thread_id = _thread_of(record)
+        peeked = peek_type(record.value)
+        if thread_id is None:
+            self._event_counts[event_type_label(peeked)] += 1
+            self._violation(
+                record,
+                None,
+                None,
+                Rule.MISSING_KEY,
+                "event record has no key; the key must be the threadId. Dropped",
+            )
+            return
+        state = self.store.get(thread_id)
+        if (
+            peeked is not None
+            and state is not None
+            and state.status is RunStatus.ACTIVE
+            and classify(peeked) is EventKind.STREAM
+        ):
+            self._event_counts[peeked] += 1  # the hot path: a delta inside an active run
+            return
+        try:
+            event = decode_json(record.value)
+        except Undecodable as exc:
+            self._event_counts["unknown"] += 1
+            self._violation(record, thread_id, None, Rule.MALFORMED_EVENT, f"{exc}. Dropped")
+            return
+        event_type = event.get("type") if isinstance(event, dict) else None
+        self._event_counts[event_type_label(event_type)] += 1
+        outcome = apply_event(state, thread_id, event, record.timestamp)
+        new = outcome.state
+        if new is not None and new is not state:
+            self._put(state, new)
+        run_id = new.run_id if new is not None else None
+        for warning in outcome.warnings:
+            self._warn(warning, record, thread_id, run_id)
+        if new is not None and outcome.change is not Change.NONE:
+            self._count_change(outcome.change, new)
+
+    def _count_change(self, change: Change, state: ThreadState) -> None:
+        m, agent = self.metrics, self.agent
+        if change is Change.CLOSED:
+            self._defer(m.runs_closed.labels(agent, state.outcome or "success").inc)
+            for interrupt in state.interrupts:
+                self._defer(m.interrupts_raised.labels(agent, reason_label(interrupt.reason)).inc)
+        elif change is Change.FAILED:
+            self._defer(m.runs_closed.labels(agent, "failed").inc)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def _judge(self, record: InRecord, wall_ms: int) -> None:
+        self.next_offsets["requests"] = record.offset + 1
+        now_ms = record.timestamp if record.log_append_time else wall_ms
+        thread_id = _thread_of(record)
+        decision: Decision
+        if thread_id is None:
+            decision = Decision(
+                Verdict.REJECT,
+                reasons=(
+                    Finding(
+                        str(Reason.THREAD_MISMATCH),
+                        "the request record has no key; the key must be the threadId",
+                    ),
+                ),
+            )
+        else:
+            try:
+                raw = decode_json(record.value)
+            except Undecodable as exc:
+                decision = Decision(
+                    Verdict.REJECT,
+                    reasons=(Finding(str(Reason.MALFORMED_INPUT), str(exc), path=""),),
+                    thread_id=thread_id,
+                )
+            else:
+                state = self.store.get(thread_id)
+                decision, new = judge(state, raw, now_ms, self.policy, thread_id)
+                if new is not None and new is not state:
+                    self._put(state, new)
+        self._decided.append(record.received)
+        self._effects(record, decision, thread_id, now_ms)
+
+    def _effects(
+        self, record: InRecord, decision: Decision, thread_id: str | None, now_ms: int
+    ) -> None:
+        m, agent = self.metrics, self.agent
+        self._defer(m.requests.labels(agent, str(decision.verdict)).inc)
+        correlation = record.header(HEADER_CORRELATION_ID)
+        headers = [(HEADER_CORRELATION_ID, correlation.encode())] if correlation else []
+        key = thread_id.encode() if thread_id is not None else record.key
+        envelope: dict[str, Any] = {
+            "verdict": str(decision.verdict),
+            "agent": agent,
+            "threadId": thread_id,
+            "runId": decision.run_id,
+            "correlationId": correlation,
+        }
+        for warning in decision.warnings:
+            self._warn(warning, record, thread_id, decision.run_id)
+        reply: dict[str, Any]
+        if decision.verdict is Verdict.FORWARD:
+            self.out.append(
+                OutRecord(self.topics.run_requests, key, dumps(decision.input), headers)
+            )
+            for answer in decision.answers:
+                if answer.raised_at_ms is not None:
+                    seconds = max(0.0, (record.timestamp - answer.raised_at_ms) / 1000)
+                    hist = m.interrupt_response.labels(
+                        agent, reason_label(answer.reason), answer.status
+                    )
+                    self._defer(lambda h=hist, s=seconds: h.observe(s))
+            reply = {
+                **envelope,
+                "warnings": [w.to_json() for w in decision.warnings],
+                "at": iso(now_ms),
+            }
+        elif decision.verdict is Verdict.REJECT:
+            reply = {
+                **envelope,
+                "reasons": [r.to_json() for r in decision.reasons],
+                "warnings": [w.to_json() for w in decision.warnings],
+                **original_input(record.value),
+                "at": iso(now_ms),
+                "source": record.source(),
+            }
+            self.out.append(OutRecord(self.ctx.rejections_topic, key, dumps(reply), headers))
+            for reason in decision.reasons:
+                self._defer(m.rejections.labels(agent, reason.code).inc)
+                if reason.code == Reason.UNCOVERED_INTERRUPT:
+                    self._defer(m.uncovered_interrupts.labels(agent).inc)
+                elif reason.code == Reason.EXPIRED_INTERRUPT:
+                    self._defer(m.expired_answers.labels(agent).inc)
+                elif reason.code == Reason.UNRECOGNISED_ENTRY:
+                    self._defer(m.unrecognised_entries.labels(agent).inc)
+        else:
+            reply = {**envelope, "at": iso(now_ms)}
+        reply_to = record.header(HEADER_REPLY_TO)
+        if reply_to:
+            if LEGAL_TOPIC.match(reply_to) and self.topic_exists(reply_to):
+                self.out.append(OutRecord(reply_to, key, dumps(reply), headers))
+            else:
+                self._warn(
+                    Finding(
+                        str(Warn.REPLY_TOPIC_UNKNOWN),
+                        f"reply topic {reply_to!r} does not exist or is not a legal topic "
+                        "name; no reply sent",
+                    ),
+                    record,
+                    thread_id,
+                    decision.run_id,
+                )
+
+    # --- sweeping -------------------------------------------------------------------------
+
+    def sweep(self, now_ms: int) -> None:
+        """Announce interrupts that expired unanswered; forget threads past retention."""
+        retention = self.ctx.retention
+        for state in self.store.committed():
+            if retention.expired(state, now_ms):
+                self._delete(state)
+                continue
+            new, due = expire_due(state, now_ms)
+            if not due:
+                continue
+            self._put(state, new)
+            for interrupt in due:
+                self._defer(self.metrics.interrupts_expired.labels(self.agent).inc)
+                self._warn(
+                    Finding(
+                        str(Warn.INTERRUPT_EXPIRED),
+                        f"interrupt {interrupt.id!r} ({interrupt.reason}) passed its "
+                        f"expiresAt {interrupt.expires_at} unanswered; it can now only be "
+                        "abandoned",
+                        interrupt_id=interrupt.id,
+                    ),
+                    None,
+                    state.thread_id,
+                    state.run_id,
+                    now_ms=now_ms,
+                )
+
+    # --- warnings -------------------------------------------------------------------------
+
+    def _violation(
+        self, record: InRecord, thread_id: str | None, run_id: str | None, rule: Rule, detail: str
+    ) -> None:
+        self._warn(
+            Finding(str(Warn.PROTOCOL_VIOLATION), detail, rule=str(rule)), record, thread_id, run_id
+        )
+
+    def _warn(
+        self,
+        warning: Finding,
+        record: InRecord | None,
+        thread_id: str | None,
+        run_id: str | None,
+        now_ms: int | None = None,
+    ) -> None:
+        m, agent = self.metrics, self.agent
+        at = now_ms if now_ms is not None else (record.timestamp if record else 0)
+        self._defer(m.warnings.labels(agent, warning.code).inc)
+        if warning.code == Warn.PROTOCOL_VIOLATION and warning.rule:
+            self._defer(m.protocol_violations.labels(agent, warning.rule).inc)
+        elif warning.code == Warn.UNRECOGNISED_ENTRY:
+            self._defer(m.unrecognised_entries.labels(agent).inc)
+        admitted, suppressed = self.limiter.admit(
+            (agent, thread_id or "", warning.code, warning.rule or ""), at
+        )
+        if not admitted:
+            self._defer(m.warnings_suppressed.labels(agent, warning.code).inc)
+            return
+        body: dict[str, Any] = {
+            **warning.to_json(),
+            "agent": agent,
+            "threadId": thread_id,
+            "runId": run_id,
+            "at": iso(at),
+        }
+        if record is not None:
+            body["source"] = record.source()
+        if suppressed:
+            body["suppressed"] = suppressed
+        key = thread_id.encode() if thread_id is not None else None
+        self.out.append(OutRecord(self.ctx.warnings_topic, key, dumps(body)))
+        self._deferred.append(lambda b=body: log.info("warning", extra={"warning": b}))
+
+    # --- state and the round's bookkeeping ---------------------------------------------------
+
+    def _put(self, old: ThreadState | None, new: ThreadState) -> None:
+        self._open_delta += len(new.interrupts) - (len(old.interrupts) if old else 0)
+        if old is None:
+            self._thread_delta += 1
+        self.store.put(new)
+
+    def _delete(self, old: ThreadState) -> None:
+        self._open_delta -= len(old.interrupts)
+        self._thread_delta -= 1
+        self.store.delete(old.thread_id)
+
+    def _defer(self, update: Callable[[], None]) -> None:
+        self._deferred.append(update)
+
+    def changelog_records(self) -> list[OutRecord]:
+        out = []
+        for thread_id, state in self.store.changes().items():
+            value = changelog.encode(state) if state is not None else None
+            out.append(
+                OutRecord(
+                    self.topics.changelog, thread_id.encode(), value, partition=self.partition
+                )
+            )
+        return out
+
+    def committed(self, mono_now: float) -> None:
+        """The round's transaction committed: make its effects visible."""
+        self.store.commit()
+        self.open_interrupts += self._open_delta
+        self.thread_count += self._thread_delta
+        for update in self._deferred:
+            update()
+        for event_type, count in self._event_counts.items():
+            self.metrics.events.labels(self.agent, event_type).inc(count)
+        for received in self._decided:
+            self.metrics.decision_seconds.observe(max(0.0, mono_now - received))
+        self._reset_round()
+
+    def aborted(self) -> None:
+        """The round's transaction aborted: forget everything it decided."""
+        self.store.rollback()
+        self.events.clear()
+        self.requests.clear()
+        self.fence = None
+        self.waiting_since = None
+        self._reset_round()
+
+    def _reset_round(self) -> None:
+        self.out = []
+        self.next_offsets = {}
+        self._deferred = []
+        self._event_counts = Counter()
+        self._decided = []
+        self._open_delta = 0
+        self._thread_delta = 0
+        self.dirty_since = None
+
+
+def _thread_of(record: InRecord) -> str | None:
+    if not record.key:
+        return None
+    try:
+        return record.key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None

@@ -1,0 +1,546 @@
+"""The gateway service on Kafka: consume, merge, judge, act, commit exactly once.
+
+One group consumer (range assignment, so partition p of an agent's events
+and requests topics meet on one instance) reads both topics with
+`read_committed`. Each assigned partition pair has its own transactional
+producer, with a transactional id derived from group, agent and partition:
+a zombie holding the same pair is fenced when the new owner initialises it.
+Per round, one transaction per pair carries the forwarded requests,
+rejections, replies, warnings, changelog records and the consumed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.structs import ConsumerRecord
+
+from gateway.codec import changelog
+from gateway.codec.records import TIMESTAMP_LOG_APPEND, InRecord
+from gateway.kafka.pair import PairContext, PartitionPair
+from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
+from gateway.observe.metrics import Metrics
+from gateway.observe.warnings import WarningLimiter
+from gateway.settings import Settings
+from gateway.state.retention import Retention
+
+log = logging.getLogger("gateway.runner")
+
+PairKey = tuple[str, int]
+
+
+@dataclass
+class PairSlot:
+    """A pair and the Kafka things that belong to it."""
+
+    pair: PartitionPair
+    events_tp: TopicPartition | None
+    requests_tp: TopicPartition | None
+    producer: AIOKafkaProducer | None = None
+    ready: bool = False
+    committed: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def tps(self) -> list[TopicPartition]:
+        return [tp for tp in (self.events_tp, self.requests_tp) if tp is not None]
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.gateway._on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.gateway._on_assigned(set(assigned))
+
+
+class Gateway:
+    def __init__(
+        self, settings: Settings, metrics: Metrics, wall_clock: Callable[[], float] = time.time
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.wall_clock = wall_clock
+        self.names = TopicNames(settings)
+        self.context = PairContext(
+            settings_strict=settings.strict,
+            rejections_topic=settings.rejections_topic,
+            warnings_topic=settings.warnings_topic,
+            merge_max_wait_s=settings.merge_max_wait_ms / 1000,
+            retention=Retention(
+                thread_ms=int(settings.thread_retention_s * 1000),
+                interrupt_grace_ms=int(settings.interrupt_grace_s * 1000),
+                interrupt_ms=int(settings.interrupt_retention_s * 1000),
+            ),
+        )
+        self.limiter = WarningLimiter(settings.warning_burst, int(settings.warning_window_s * 1000))
+        self.slots: dict[PairKey, PairSlot] = {}
+        self.by_tp: dict[TopicPartition, tuple[PairKey, str]] = {}
+        self.refused: dict[str, str] = {}
+        self.consumer: AIOKafkaConsumer | None = None
+        self.admin: AIOKafkaAdminClient | None = None
+        self._lock = asyncio.Lock()
+        self._restore_lock = asyncio.Lock()
+        self._restore_tasks: set[asyncio.Task[None]] = set()
+        self._running = False
+        self._assigned_once = False
+        self._last_sweep = 0.0
+        self._last_lag = 0.0
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def _common(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self.settings.bootstrap_servers,
+            **self.settings.kafka_security(),
+        }
+
+    async def run(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        self.admin = AIOKafkaAdminClient(client_id=f"{s.client_id}-admin", **self._common())
+        await self.admin.start()
+        self.consumer = AIOKafkaConsumer(
+            client_id=s.client_id,
+            group_id=s.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            partition_assignment_strategy=(RangePartitionAssignor,),
+            metadata_max_age_ms=s.discovery_interval_ms,
+            max_poll_records=s.max_poll_records,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            **self._common(),
+        )
+        await self.consumer.start()
+        self.consumer.subscribe(pattern=s.subscription_pattern(), listener=_Listener(self))
+        self._running = True
+        log.info("gateway started", extra={"settings": s.masked()})
+        try:
+            while not stop.is_set():
+                batch = await self.consumer.getmany(timeout_ms=s.poll_timeout_ms)
+                async with self._lock:
+                    await self._round(batch)
+        finally:
+            self._running = False
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        async with self._lock:
+            for task in list(self._restore_tasks):
+                task.cancel()
+            for slot in list(self.slots.values()):
+                if slot.ready and slot.pair.has_pending():
+                    await self._commit(slot, time.monotonic())
+            for slot in list(self.slots.values()):
+                await self._close_producer(slot)
+            self.slots.clear()
+            self.by_tp.clear()
+        if self.consumer is not None:
+            await self.consumer.stop()  # leaves the group
+        if self.admin is not None:
+            await self.admin.close()
+        log.info("gateway stopped")
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        restoring = [f"{a}/{p}" for (a, p), s in self.slots.items() if not s.ready]
+        ok = self._running and self._assigned_once and not restoring
+        return ok, {
+            "running": self._running,
+            "assigned": sorted(f"{a}/{p}" for a, p in self.slots),
+            "restoring": restoring,
+            "refused": self.refused,
+        }
+
+    # --- the round --------------------------------------------------------------------------
+
+    async def _round(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        assert self.consumer is not None
+        mono = time.monotonic()
+        for tp, messages in batch.items():
+            entry = self.by_tp.get(tp)
+            slot = self.slots.get(entry[0]) if entry else None
+            if entry is None or slot is None or not slot.ready:
+                continue  # not ours (any more): the next owner reads it from the committed offset
+            slot.pair.take(entry[1], [_record(m, mono) for m in messages])
+        ready = [s for s in self.slots.values() if s.ready]
+        await self._fences(ready)
+        wall_ms = int(self.wall_clock() * 1000)
+        for slot in ready:
+            if slot.pair.has_work():
+                position = None
+                if slot.events_tp is not None and slot.pair.requests:
+                    position = await self.consumer.position(slot.events_tp)
+                slot.pair.process(position, mono, wall_ms)
+        if mono - self._last_sweep >= self.settings.sweep_interval_s:
+            self._last_sweep = mono
+            for slot in ready:
+                if not slot.pair.has_pending():
+                    slot.pair.sweep(wall_ms)
+        commit_after = self.settings.commit_interval_ms / 1000
+        due = [
+            s
+            for s in ready
+            if s.pair.out
+            or s.pair.store.changes()
+            or (
+                s.pair.next_offsets
+                and s.pair.dirty_since is not None
+                and mono - s.pair.dirty_since >= commit_after
+            )
+        ]
+        if due:
+            await asyncio.gather(*(self._commit(s, mono) for s in due))
+            self._gauges()
+        if mono - self._last_lag >= 5:
+            self._last_lag = mono
+            await self._lag()
+
+    async def _fences(self, ready: list[PairSlot]) -> None:
+        """Look up, once per round, the events end offsets that pending requests wait for."""
+        assert self.consumer is not None
+        waiting = [s for s in ready if s.pair.needs_fence()]
+        without_events = [s for s in waiting if s.events_tp is None]
+        for slot in without_events:
+            slot.pair.set_fence(0)
+        tps = [s.events_tp for s in waiting if s.events_tp is not None]
+        if not tps:
+            return
+        try:
+            ends = await asyncio.wait_for(self.consumer.end_offsets(tps), timeout=10)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("end offsets lookup failed; requests wait", extra={"error": repr(exc)})
+            return
+        for slot in waiting:
+            if slot.events_tp is not None and slot.events_tp in ends:
+                slot.pair.set_fence(ends[slot.events_tp])
+
+    async def _commit(self, slot: PairSlot, mono: float) -> None:
+        assert self.consumer is not None
+        pair = slot.pair
+        producer = slot.producer
+        if producer is None:
+            return
+        records = pair.out + pair.changelog_records()
+        offsets = {}
+        for side, offset in pair.next_offsets.items():
+            tp = slot.events_tp if side == "events" else slot.requests_tp
+            if tp is not None:
+                offsets[tp] = offset
+        try:
+            await producer.begin_transaction()
+            for r in records:
+                await producer.send(
+                    r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition
+                )
+            if offsets:
+                await producer.send_offsets_to_transaction(offsets, self.settings.group_id)
+            await producer.commit_transaction()
+        except ProducerFenced:
+            self.metrics.transactions.labels("fenced").inc()
+            log.error(
+                "producer fenced: another instance owns this pair now",
+                extra={"agent": pair.agent, "partition": pair.partition},
+            )
+            pair.aborted()
+            await self._drop(slot)
+            return
+        except Exception as exc:
+            self.metrics.transactions.labels("aborted").inc()
+            log.error(
+                "transaction failed; rewinding to the last commit",
+                extra={"agent": pair.agent, "partition": pair.partition, "error": repr(exc)},
+            )
+            with contextlib.suppress(Exception):
+                await producer.abort_transaction()
+            pair.aborted()
+            await self._rewind(slot)
+            return
+        self.metrics.transactions.labels("committed").inc()
+        slot.committed.update(offsets)
+        pair.committed(time.monotonic())
+
+    async def _rewind(self, slot: PairSlot) -> None:
+        assert self.consumer is not None
+        for tp in slot.tps():
+            offset = slot.committed.get(tp)
+            if offset is None:
+                offset = await self.consumer.committed(tp)
+            if offset is not None:
+                self.consumer.seek(tp, offset)
+            else:
+                await self.consumer.seek_to_beginning(tp)
+
+    def _gauges(self) -> None:
+        threads: dict[str, int] = {}
+        open_: dict[str, int] = {}
+        for (agent, _), slot in self.slots.items():
+            threads[agent] = threads.get(agent, 0) + slot.pair.thread_count
+            open_[agent] = open_.get(agent, 0) + slot.pair.open_interrupts
+        for agent, count in threads.items():
+            self.metrics.threads.labels(agent).set(count)
+            self.metrics.interrupts_open.labels(agent).set(open_[agent])
+
+    async def _lag(self) -> None:
+        assert self.consumer is not None
+        for tp in list(self.consumer.assignment()):
+            high = self.consumer.highwater(tp)
+            if high is None:
+                continue
+            with contextlib.suppress(Exception):
+                position = await asyncio.wait_for(self.consumer.position(tp), timeout=1)
+                self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(
+                    max(0, high - position)
+                )
+
+    # --- rebalancing ----------------------------------------------------------------------
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        try:
+            await asyncio.wait_for(self._lock.acquire(), timeout=self.settings.revoke_timeout_s)
+        except TimeoutError:
+            log.error(
+                "round did not finish within revoke_timeout_s; its transaction will be "
+                "aborted when the next owner fences this instance"
+            )
+            return
+        try:
+            for task in list(self._restore_tasks):
+                task.cancel()
+            for slot in list(self.slots.values()):
+                if not slot.tps() or not set(slot.tps()) & revoked:
+                    continue
+                if slot.ready and slot.pair.has_pending():
+                    await asyncio.wait_for(
+                        self._commit(slot, time.monotonic()), timeout=self.settings.revoke_timeout_s
+                    )
+                slot.pair.aborted()  # drop buffers: positions restart at the committed offsets
+                slot.ready = False
+        except TimeoutError:
+            log.error("commit on revoke timed out")
+        finally:
+            self._lock.release()
+
+    async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        assert self.consumer is not None
+        self._assigned_once = True
+        wanted: dict[PairKey, dict[str, TopicPartition]] = {}
+        for tp in assigned:
+            found = self.names.classify(tp.topic)
+            if found is None:
+                continue
+            agent, side = found
+            wanted.setdefault((agent, tp.partition), {})[side] = tp
+        for key in [k for k in self.slots if k not in wanted]:
+            await self._drop(self.slots[key])
+        agents = {agent for agent, _ in wanted}
+        refused = {agent: why for agent in agents if (why := await self._check_agent(agent))}
+        self.refused = refused
+        pending: list[PairSlot] = []
+        for key, sides in wanted.items():
+            agent = key[0]
+            tps = list(sides.values())
+            if agent in refused:
+                self.consumer.pause(*tps)
+                continue
+            slot = self.slots.get(key)
+            if slot is None:
+                slot = PairSlot(
+                    PartitionPair(
+                        self.names.for_agent(agent),
+                        key[1],
+                        self.context,
+                        self.metrics,
+                        self.limiter,
+                        self._topic_exists,
+                    ),
+                    sides.get("events"),
+                    sides.get("requests"),
+                )
+                self.slots[key] = slot
+            slot.events_tp, slot.requests_tp = sides.get("events"), sides.get("requests")
+            for side, tp in sides.items():
+                self.by_tp[tp] = (key, side)
+            slot.ready = False
+            self.consumer.pause(*tps)
+            pending.append(slot)
+        if pending:
+            task = asyncio.create_task(self._prepare(pending))
+            self._restore_tasks.add(task)
+            task.add_done_callback(self._restore_tasks.discard)
+
+    async def _check_agent(self, agent: str) -> str | None:
+        """Why an agent must be refused, or None: co-partitioning and its changelog."""
+        assert self.consumer is not None and self.admin is not None
+        topics = self.names.for_agent(agent)
+        cluster = self.consumer._client.cluster
+        events = cluster.partitions_for_topic(topics.events)
+        requests = cluster.partitions_for_topic(topics.requests)
+        if events and requests and len(events) != len(requests):
+            why = (
+                f"{topics.events} has {len(events)} partitions but {topics.requests} has "
+                f"{len(requests)}; co-partitioned topics must have the same count. "
+                "Agent refused"
+            )
+            log.error(why, extra={"agent": agent})
+            return why
+        count = len(events or requests or ())
+        try:
+            reports = await ensure_topics(
+                self.admin, {topics.changelog: (count, changelog_configs())}
+            )
+        except KafkaError as exc:
+            why = f"cannot create or check changelog topic {topics.changelog}: {exc!r}"
+            log.error(why, extra={"agent": agent})
+            return why
+        bad = [r for r in reports if r.action == "mismatch"]
+        if bad:
+            why = f"changelog topic {bad[0].topic}: {bad[0].detail}. Agent refused"
+            log.error(why, extra={"agent": agent})
+            return why
+        return None
+
+    async def _prepare(self, slots: list[PairSlot]) -> None:
+        """Fence zombies, restore state, then let the pair's partitions flow."""
+        assert self.consumer is not None
+        for slot in slots:
+            try:
+                await self._prepare_one(slot)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception(
+                    "could not prepare pair",
+                    extra={
+                        "agent": slot.pair.agent,
+                        "partition": slot.pair.partition,
+                        "error": repr(exc),
+                    },
+                )
+                continue
+
+    async def _prepare_one(self, slot: PairSlot) -> None:
+        assert self.consumer is not None
+        pair = slot.pair
+        if slot.producer is None:
+            slot.producer = AIOKafkaProducer(
+                client_id=f"{self.settings.client_id}-{pair.agent}-{pair.partition}",
+                transactional_id=f"{self.settings.group_id}.{pair.agent}.{pair.partition}",
+                enable_idempotence=True,
+                transaction_timeout_ms=self.settings.transaction_timeout_ms,
+                linger_ms=2,
+                **self._common(),
+            )
+            await slot.producer.start()  # initialises the transactional id: fences zombies
+        committed = {tp: await self.consumer.committed(tp) for tp in slot.tps()}
+        still_valid = bool(slot.committed) and all(
+            committed[tp] == slot.committed.get(tp) for tp in slot.tps()
+        )
+        if not still_valid:
+            started = time.monotonic()
+            await self._restore(pair)
+            self.metrics.state_restore_seconds.observe(time.monotonic() - started)
+        slot.committed = {tp: off for tp, off in committed.items() if off is not None}
+        for tp in slot.tps():
+            if tp in slot.committed:
+                self.consumer.seek(tp, slot.committed[tp])
+        slot.ready = True
+        if slot.tps() and all(tp in self.consumer.assignment() for tp in slot.tps()):
+            self.consumer.resume(*slot.tps())
+        self._gauges()
+        log.info(
+            "pair ready",
+            extra={
+                "agent": pair.agent,
+                "partition": pair.partition,
+                "threads": len(pair.store),
+                "restored": not still_valid,
+            },
+        )
+
+    async def _restore(self, pair: PartitionPair) -> None:
+        async with self._restore_lock:
+            tp = TopicPartition(pair.topics.changelog, pair.partition)
+            reader = AIOKafkaConsumer(
+                client_id=f"{self.settings.client_id}-restore",
+                enable_auto_commit=False,
+                isolation_level="read_committed",
+                max_poll_records=10000,
+                **self._common(),
+            )
+            await reader.start()
+            try:
+                reader.assign([tp])
+                end = (await reader.end_offsets([tp]))[tp]
+                await reader.seek_to_beginning(tp)
+                pair.store = type(pair.store)()
+                bad = 0
+                while await reader.position(tp) < end:
+                    batch = await reader.getmany(tp, timeout_ms=1000)
+                    for message in batch.get(tp, ()):
+                        if message.key is None:
+                            continue
+                        thread_id = message.key.decode("utf-8", "replace")
+                        if message.value is None:
+                            pair.store.load(None, thread_id)
+                            continue
+                        try:
+                            pair.store.load(changelog.decode(message.value), thread_id)
+                        except changelog.ChangelogFormatError as exc:
+                            bad += 1
+                            log.error(
+                                "unreadable changelog record skipped",
+                                extra={
+                                    "topic": tp.topic,
+                                    "partition": tp.partition,
+                                    "offset": message.offset,
+                                    "error": str(exc),
+                                },
+                            )
+                pair.thread_count = len(pair.store)
+                pair.open_interrupts = pair.store.open_interrupts()
+            finally:
+                await reader.stop()
+
+    async def _drop(self, slot: PairSlot) -> None:
+        key = (slot.pair.agent, slot.pair.partition)
+        self.slots.pop(key, None)
+        for tp in slot.tps():
+            self.by_tp.pop(tp, None)
+        await self._close_producer(slot)
+
+    async def _close_producer(self, slot: PairSlot) -> None:
+        if slot.producer is not None:
+            with contextlib.suppress(Exception):
+                await slot.producer.stop()
+            slot.producer = None
+
+    def _topic_exists(self, topic: str) -> bool:
+        if self.consumer is None:
+            return False
+        return topic in self.consumer._client.cluster.topics()
+
+
+def _record(message: ConsumerRecord, mono: float) -> InRecord:
+    return InRecord(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        timestamp=message.timestamp,
+        log_append_time=message.timestamp_type == TIMESTAMP_LOG_APPEND,
+        key=message.key,
+        value=message.value,
+        headers=tuple(message.headers or ()),
+        received=mono,
+    )

@@ -1,0 +1,142 @@
+"""Topic naming, discovery and creation: the gateway's Kafka binding."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from gateway.settings import Settings
+
+# Kafka's own rule for topic names.
+LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTopics:
+    agent: str
+    events: str
+    requests: str
+    run_requests: str
+    changelog: str
+
+
+class TopicNames:
+    """Maps agents to topic names and back, from the settings' templates."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._events = settings.topic_regex(settings.events_topic)
+        self._requests = settings.topic_regex(settings.requests_topic)
+
+    def for_agent(self, agent: str) -> AgentTopics:
+        s = self._settings
+        return AgentTopics(
+            agent=agent,
+            events=s.topic(s.events_topic, agent),
+            requests=s.topic(s.requests_topic, agent),
+            run_requests=s.topic(s.run_requests_topic, agent),
+            changelog=s.topic(s.changelog_topic, agent),
+        )
+
+    def classify(self, topic: str) -> tuple[str, str] | None:
+        """(agent, "events"|"requests") for a consumed topic, else None."""
+        match = self._events.match(topic)
+        if match:
+            return match.group("agent"), "events"
+        match = self._requests.match(topic)
+        if match:
+            return match.group("agent"), "requests"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicReport:
+    topic: str
+    action: str  # created | exists | mismatch
+    detail: str = ""
+
+
+async def _describe_partitions(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    if not names:
+        return found
+    for topic in await admin.describe_topics(names):
+        if topic.get("error_code", 0) == 0:
+            found[topic["topic"]] = len(topic.get("partitions") or [])
+    return found
+
+
+async def _describe_cleanup(admin: AIOKafkaAdminClient, topic: str) -> str | None:
+    from aiokafka.admin import ConfigResource, ConfigResourceType
+
+    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    for response in responses:
+        for resource in response.resources:
+            for entry in resource[4]:
+                if entry[0] == "cleanup.policy":
+                    return str(entry[1])
+    return None
+
+
+async def ensure_topics(
+    admin: AIOKafkaAdminClient,
+    wanted: dict[str, tuple[int, dict[str, str]]],
+) -> list[TopicReport]:
+    """Create each missing topic; report existing ones whose layout differs.
+
+    `wanted` maps a topic to (partitions, configs). Idempotent.
+    """
+    existing = await _describe_partitions(admin, list(wanted))
+    missing = [name for name in wanted if name not in existing]
+    reports: list[TopicReport] = []
+    if missing:
+        new = [
+            NewTopic(name, wanted[name][0], 1, topic_configs=wanted[name][1]) for name in missing
+        ]
+        try:
+            await admin.create_topics(new)
+        except TopicAlreadyExistsError:
+            pass  # created concurrently: checked below like any existing topic
+        existing = await _describe_partitions(admin, list(wanted))
+        reports.extend(TopicReport(name, "created") for name in missing if name in existing)
+    for name, (partitions, configs) in wanted.items():
+        if name in missing and name in existing:
+            continue
+        if name not in existing:
+            reports.append(TopicReport(name, "mismatch", "could not be created"))
+            continue
+        problems = []
+        if existing[name] != partitions:
+            problems.append(f"has {existing[name]} partitions, expected {partitions}")
+        if configs.get("cleanup.policy"):
+            policy = await _describe_cleanup(admin, name)
+            if policy is not None and policy != configs["cleanup.policy"]:
+                problems.append(f"cleanup.policy is {policy}, expected {configs['cleanup.policy']}")
+        if problems:
+            reports.append(TopicReport(name, "mismatch", "; ".join(problems)))
+        else:
+            reports.append(TopicReport(name, "exists"))
+    return reports
+
+
+def agent_topic_layout(
+    settings: Settings, agent: str, partitions: int, shared_partitions: int
+) -> dict[str, tuple[int, dict[str, str]]]:
+    """What `topics create` makes for one agent, plus the shared topics."""
+    names = TopicNames(settings).for_agent(agent)
+    log_append = {"message.timestamp.type": "LogAppendTime"}
+    return {
+        names.events: (partitions, dict(log_append)),
+        names.requests: (partitions, dict(log_append)),
+        names.run_requests: (partitions, {}),
+        names.changelog: (partitions, changelog_configs()),
+        settings.rejections_topic: (shared_partitions, {}),
+        settings.warnings_topic: (shared_partitions, {}),
+    }
+
+
+def changelog_configs() -> dict[str, str]:
+    return {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.ms": "3600000"}

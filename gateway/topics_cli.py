@@ -1,0 +1,61 @@
+"""`agui-gateway topics create`: an agent's topic set, made correctly and idempotently."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from gateway.kafka.topics import agent_topic_layout, ensure_topics
+from gateway.settings import Settings
+
+
+async def create(settings: Settings, agent: str, partitions: int, shared: int) -> int:
+    if not settings.topic_regex(settings.events_topic).match(
+        settings.topic(settings.events_topic, agent)
+    ):
+        print(
+            f"agui-gateway topics: {agent!r} is not a valid agent name "
+            f"(pattern {settings.agent_name_pattern})",
+            file=sys.stderr,
+        )
+        return 2
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id=f"{settings.client_id}-topics",
+        **settings.kafka_security(),
+    )
+    try:
+        await asyncio.wait_for(admin.start(), timeout=30)
+        reports = await ensure_topics(
+            admin, agent_topic_layout(settings, agent, partitions, shared)
+        )
+    except (KafkaError, TimeoutError, OSError) as exc:
+        print(
+            f"agui-gateway topics: cannot reach Kafka at {settings.bootstrap_servers}: {exc!r}",
+            file=sys.stderr,
+        )
+        return 2
+    finally:
+        await admin.close()
+    status = 0
+    for report in reports:
+        line = f"{report.action:8} {report.topic}" + (
+            f"  ({report.detail})" if report.detail else ""
+        )
+        print(line)
+        if report.action == "mismatch":
+            status = 1
+    if status:
+        print(
+            "agui-gateway topics: some topics exist with a layout this command cannot fix; "
+            "recreate them or choose other names",
+            file=sys.stderr,
+        )
+    return status
+
+
+def main(settings: Settings, agent: str, partitions: int, shared: int) -> int:
+    return asyncio.run(create(settings, agent, partitions, shared))
