@@ -15,10 +15,12 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
+from referencing import Registry
 
 from gateway.core.findings import pointer
 
 MAX_ERRORS = 5
+_NO_REMOTE: Registry = Registry()  # jsonschema adds the meta-schemas; nothing is retrieved
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,7 @@ def _validator(schema_json: bytes) -> Any:
         cls.check_schema(schema)
     except SchemaError as exc:
         raise _Unusable(f"not a valid JSON Schema: {exc.message}") from None
-    return cls(schema)
+    return cls(schema, registry=_NO_REMOTE)  # the default registry fetches remote $refs
 
 
 def check(schema: object, payload: object) -> SchemaCheck:
