@@ -1,0 +1,114 @@
+"""Reading `expiresAt` (gateway.core.expiry): ISO 8601, no offset = UTC,
+now-or-earlier is expired, unreadable is not expired."""
+
+from __future__ import annotations
+
+from datetime import timedelta, timezone
+
+import pytest
+
+from gateway.core.expiry import Expiry, expires_at_ms, judge
+from tests.core.factories import NOW, NOW_MS
+
+NOON_MS = 1_748_779_200_000  # 2025-06-01T12:00:00Z
+
+
+def test_the_reference_instant():
+    assert NOW_MS == NOON_MS
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2025-06-01T12:00:00Z", NOON_MS),
+        ("2025-06-01T12:00:00z", NOON_MS),
+        ("2025-06-01T12:00:00+00:00", NOON_MS),
+        ("2025-06-01T12:00:00-00:00", NOON_MS),
+        ("2025-06-01T12:00:00", NOON_MS),  # no offset: UTC, not the local zone
+        ("2025-06-01T12:00:00.250", NOON_MS + 250),
+        ("2025-06-01T12:00:00.001Z", NOON_MS + 1),
+        ("2025-06-01T14:00:00+02:00", NOON_MS),
+        ("2025-06-01T07:30:00-04:30", NOON_MS),
+        ("2025-06-01T12:00Z", NOON_MS),
+        ("2025-06-01", NOON_MS - 12 * 3_600_000),
+        ("  2025-06-01T12:00:00Z\n", NOON_MS),
+        ("1970-01-01T00:00:00Z", 0),
+    ],
+)
+def test_iso_8601_times_are_read_to_the_millisecond(text, expected):
+    assert expires_at_ms(text) == expected
+
+
+def test_no_offset_means_utc_whatever_the_local_zone(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")  # UTC+14
+    if hasattr(time, "tzset"):
+        time.tzset()
+    try:
+        expires_at_ms.cache_clear()
+        assert expires_at_ms("2025-06-01T12:00:00") == NOON_MS
+    finally:
+        monkeypatch.undo()
+        if hasattr(time, "tzset"):
+            time.tzset()
+        expires_at_ms.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   ",
+        "tomorrow",
+        "2025-13-01T00:00:00Z",
+        "2025-06-31T00:00:00Z",
+        "2025-06-01T25:00:00Z",
+        "1748779200000",
+        "June 1st, 2025",
+        "2025-06-01T12:00:00+25:00",
+        "2025-06-01T12:00:00Z" + " " * 60 + "x",
+        "9" * 80,
+    ],
+)
+def test_unreadable_values(text):
+    assert expires_at_ms(text) is None
+    assert judge(text, NOW_MS) is Expiry.UNREADABLE
+
+
+@pytest.mark.parametrize("value", [1_748_779_200_000, 1.5, ["2025"], {"at": "2025"}, True])
+def test_a_value_that_is_not_a_string_is_unreadable(value):
+    assert judge(value, NOW_MS) is Expiry.UNREADABLE
+
+
+def test_absent_is_none():
+    assert judge(None, NOW_MS) is Expiry.NONE
+
+
+@pytest.mark.parametrize(
+    ("offset_ms", "verdict"),
+    [
+        (-86_400_000, Expiry.EXPIRED),
+        (-1, Expiry.EXPIRED),
+        (0, Expiry.EXPIRED),  # exactly now: now-or-earlier is expired
+        (1, Expiry.LIVE),
+        (86_400_000, Expiry.LIVE),
+    ],
+)
+def test_now_or_earlier_is_expired(offset_ms, verdict):
+    moment = NOW + timedelta(milliseconds=offset_ms)
+    text = moment.isoformat(timespec="milliseconds")
+    assert judge(text, NOW_MS) is verdict
+    assert judge(text.replace("+00:00", "Z"), NOW_MS) is verdict
+    assert judge(text.replace("+00:00", ""), NOW_MS) is verdict
+    shifted = moment.astimezone(timezone(timedelta(hours=-7)))
+    assert judge(shifted.isoformat(timespec="milliseconds"), NOW_MS) is verdict
+
+
+def test_the_time_is_an_argument():
+    text = "2025-06-01T12:00:00Z"
+    assert [judge(text, NOW_MS + d) for d in (-1, 0, 1)] == [
+        Expiry.LIVE,
+        Expiry.EXPIRED,
+        Expiry.EXPIRED,
+    ]

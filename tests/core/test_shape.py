@@ -1,0 +1,114 @@
+"""Reading a RunAgentInput (gateway.core.shape): unknown versus malformed, and
+stripping by JSON Pointer without touching anything else."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gateway.core.shape import read_input, remove_paths
+from tests.core.factories import entry, run_input
+
+
+def test_a_well_formed_input_reads_cleanly():
+    raw = run_input([entry("int-1", payload={"x": 1})], state={"s": 1}, forwardedProps=[1])
+    shape = read_input(raw)
+    assert shape.model is not None
+    assert shape.doc == raw
+    assert (shape.malformed, shape.unknown, shape.stripped_unions) == ([], [], [])
+    assert shape.model.resume is not None
+    assert shape.model.resume[0].interrupt_id == "int-1"
+
+
+def test_unknown_members_are_located_at_every_level():
+    raw = run_input([entry("int-1", sig="s")], newTopLevel=1)
+    raw["messages"][0]["tone"] = "warm"
+    raw["tools"] = [{"name": "t", "description": "d", "icon": "x"}]
+    raw["context"] = [{"description": "d", "value": "v", "weight": 2}]
+    shape = read_input(raw)
+    assert shape.malformed == []
+    assert sorted(shape.unknown) == sorted(
+        [
+            ("newTopLevel",),
+            ("messages", 0, "tone"),
+            ("resume", 0, "sig"),
+            ("tools", 0, "icon"),
+            ("context", 0, "weight"),
+        ]
+    )
+
+
+@pytest.mark.parametrize("where", ["state", "forwardedProps"])
+def test_open_objects_are_never_walked(where):
+    raw = run_input(**{where: {"unknown": {"deeper": {"unknown": 1}}}})
+    raw["resume"] = [entry(payload={"unknown": 1}, metadata={"unknown": 2})]
+    raw["tools"] = [{"name": "t", "description": "d", "parameters": {"unknown": 3}}]
+    shape = read_input(raw)
+    assert shape.unknown == []
+    assert shape.malformed == []
+
+
+def test_an_unrecognised_union_member_is_stripped_not_malformed():
+    raw = run_input()
+    raw["messages"] = [
+        {"id": "m-0", "role": "hologram", "content": "x"},
+        {"id": "m-1", "role": "user", "content": "hi"},
+        {"id": "m-2", "role": "telepathy"},
+    ]
+    shape = read_input(raw)
+    assert shape.malformed == []
+    assert [path for path, _ in shape.stripped_unions] == [("messages", 0), ("messages", 1)]
+    assert shape.doc is not None
+    assert shape.doc["messages"] == [{"id": "m-1", "role": "user", "content": "hi"}]
+    assert len(raw["messages"]) == 3  # the raw input is untouched
+
+
+def test_a_missing_discriminator_is_malformed():
+    raw = run_input()
+    raw["messages"] = [{"id": "m-0", "content": "x"}]
+    shape = read_input(raw)
+    assert shape.model is None
+    assert [where for where, _ in shape.malformed] == ["/messages/0"]
+
+
+def test_malformed_locations_are_pointers_into_the_raw_input():
+    raw = run_input([entry("int-1", status="done"), {"status": "cancelled"}])
+    raw["messages"][0]["content"] = 7
+    shape = read_input(raw)
+    assert shape.model is None
+    # content is a union (string or parts): pydantic reports each branch at one location
+    assert sorted({where for where, _ in shape.malformed}) == [
+        "/messages/0/content",
+        "/resume/0/status",
+        "/resume/1/interruptId",
+    ]
+    assert all(message.startswith(where) for where, message in shape.malformed)
+
+
+# --- remove_paths ----------------------------------------------------------------------------
+
+
+def test_remove_paths_removes_exactly_the_paths_and_copies_what_it_changes():
+    doc = {"a": {"b": 1, "c": 2}, "l": [0, 1, 2, 3], "keep": {"deep": [1]}}
+    pristine = copy.deepcopy(doc)
+    out = remove_paths(doc, [("a", "b"), ("l", 1), ("l", 3)])
+    assert out == {"a": {"c": 2}, "l": [0, 2], "keep": {"deep": [1]}}
+    assert doc == pristine
+    assert out["keep"] is doc["keep"]  # untouched branches are shared
+
+
+def test_remove_paths_with_nothing_to_remove_returns_the_document():
+    doc = {"a": 1}
+    assert remove_paths(doc, []) is doc
+
+
+def test_removing_a_member_and_its_parent_removes_the_parent():
+    doc = {"resume": [{"interruptId": "a", "x": 1}, {"interruptId": "b"}]}
+    for paths in ([("resume", 0, "x"), ("resume", 0)], [("resume", 0), ("resume", 0, "x")]):
+        assert remove_paths(doc, paths) == {"resume": [{"interruptId": "b"}]}
+
+
+def test_paths_that_do_not_exist_are_ignored():
+    doc = {"a": [1], "b": {"c": 1}}
+    assert remove_paths(doc, [("z",), ("a", 5), ("b", "q", "r"), ("a", 0, "x")]) == doc
