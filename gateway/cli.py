@@ -44,6 +44,22 @@ def _parser() -> argparse.ArgumentParser:
         help="run the gateway (settings from AGUI_GATEWAY_* variables and the config file)",
     )
 
+    demo = commands.add_parser(
+        "demo",
+        help="run the gateway with simulated agents and clients and a live summary (Ctrl-C stops)",
+    )
+    demo.add_argument("--agent", default="demo", help="the demo agent's name (default demo)")
+    demo.add_argument("--partitions", type=int, default=3, help="partitions (default 3)")
+    demo.add_argument(
+        "--rate", type=float, default=5.0, help="new conversations per second (default 5)"
+    )
+    demo.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="stop after this many seconds (default: run until Ctrl-C)",
+    )
+
     topics = commands.add_parser("topics", help="manage an agent's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     create = topic_commands.add_parser(
@@ -79,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         from gateway import service
 
         return service.main(settings)
+    if args.command == "demo":
+        from gateway.demo import main as demo_main
+
+        return demo_main(settings, args.agent, args.partitions, args.rate, args.duration)
     if args.command == "topics":
         from gateway import topics_cli
 

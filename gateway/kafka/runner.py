@@ -154,7 +154,9 @@ class Gateway:
         log.info("gateway stopped")
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
-        restoring = [f"{a}/{p}" for (a, p), s in self.slots.items() if not s.ready]
+        restoring = [
+            f"{a}/{p}" for (a, p), s in self.slots.items() if not s.ready and a not in self.refused
+        ]
         ok = self._running and self._assigned_once and not restoring
         return ok, {
             "running": self._running,
@@ -171,8 +173,12 @@ class Gateway:
         for tp, messages in batch.items():
             entry = self.by_tp.get(tp)
             slot = self.slots.get(entry[0]) if entry else None
-            if entry is None or slot is None or not slot.ready:
+            if entry is None or slot is None:
                 continue  # not ours (any more): the next owner reads it from the committed offset
+            if not slot.ready:
+                # fetched just before the pause took effect: read these again once ready
+                self.consumer.seek(tp, messages[0].offset)
+                continue
             slot.pair.take(entry[1], [_record(m, mono) for m in messages])
         ready = [s for s in self.slots.values() if s.ready]
         await self._fences(ready)
@@ -333,6 +339,7 @@ class Gateway:
             self._lock.release()
 
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Take the assignment: every pair stays paused until `_prepare` made it ready."""
         assert self.consumer is not None
         self._assigned_once = True
         wanted: dict[PairKey, dict[str, TopicPartition]] = {}
@@ -344,36 +351,29 @@ class Gateway:
             wanted.setdefault((agent, tp.partition), {})[side] = tp
         for key in [k for k in self.slots if k not in wanted]:
             await self._drop(self.slots[key])
-        agents = {agent for agent, _ in wanted}
-        refused = {agent: why for agent in agents if (why := await self._check_agent(agent))}
-        self.refused = refused
+        if assigned:
+            self.consumer.pause(*assigned)
         pending: list[PairSlot] = []
         for key, sides in wanted.items():
-            agent = key[0]
-            tps = list(sides.values())
-            if agent in refused:
-                self.consumer.pause(*tps)
-                continue
             slot = self.slots.get(key)
             if slot is None:
                 slot = PairSlot(
                     PartitionPair(
-                        self.names.for_agent(agent),
+                        self.names.for_agent(key[0]),
                         key[1],
                         self.context,
                         self.metrics,
                         self.limiter,
                         self._topic_exists,
                     ),
-                    sides.get("events"),
-                    sides.get("requests"),
+                    None,
+                    None,
                 )
                 self.slots[key] = slot
             slot.events_tp, slot.requests_tp = sides.get("events"), sides.get("requests")
             for side, tp in sides.items():
                 self.by_tp[tp] = (key, side)
             slot.ready = False
-            self.consumer.pause(*tps)
             pending.append(slot)
         if pending:
             task = asyncio.create_task(self._prepare(pending))
@@ -388,53 +388,65 @@ class Gateway:
         events = cluster.partitions_for_topic(topics.events)
         requests = cluster.partitions_for_topic(topics.requests)
         if events and requests and len(events) != len(requests):
-            why = (
+            return (
                 f"{topics.events} has {len(events)} partitions but {topics.requests} has "
-                f"{len(requests)}; co-partitioned topics must have the same count. "
-                "Agent refused"
+                f"{len(requests)}; co-partitioned topics must have the same count. Agent refused"
             )
-            log.error(why, extra={"agent": agent})
-            return why
         count = len(events or requests or ())
-        try:
-            reports = await ensure_topics(
-                self.admin, {topics.changelog: (count, changelog_configs())}
-            )
-        except KafkaError as exc:
-            why = f"cannot create or check changelog topic {topics.changelog}: {exc!r}"
-            log.error(why, extra={"agent": agent})
-            return why
+        reports = await ensure_topics(self.admin, {topics.changelog: (count, changelog_configs())})
         bad = [r for r in reports if r.action == "mismatch"]
         if bad:
-            why = f"changelog topic {bad[0].topic}: {bad[0].detail}. Agent refused"
-            log.error(why, extra={"agent": agent})
-            return why
+            return f"changelog topic {bad[0].topic}: {bad[0].detail}. Agent refused"
         return None
 
     async def _prepare(self, slots: list[PairSlot]) -> None:
-        """Fence zombies, restore state, then let the pair's partitions flow."""
-        assert self.consumer is not None
-        for slot in slots:
+        """Check each agent, fence zombies, restore state, then let the pairs' partitions flow.
+
+        Failures are retried with backoff until they succeed or the pairs are revoked:
+        a pair is never processed unprepared, and its partitions stay paused meanwhile.
+        """
+        delay = 0.5
+        refused: dict[str, str] = {}
+        checked: set[str] = set()
+        todo = list(slots)
+        while todo:
+            slot = todo[0]
+            agent = slot.pair.agent
             try:
+                if agent not in checked:
+                    why = await self._check_agent(agent)
+                    checked.add(agent)
+                    if why:
+                        refused[agent] = why
+                        self.refused[agent] = why
+                        log.error(why, extra={"agent": agent})
+                if agent in refused:
+                    todo.pop(0)
+                    continue
+                self.refused.pop(agent, None)
                 await self._prepare_one(slot)
+                todo.pop(0)
+                delay = 0.5
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.exception(
-                    "could not prepare pair",
+                log.error(
+                    "could not prepare pair; retrying",
                     extra={
-                        "agent": slot.pair.agent,
+                        "agent": agent,
                         "partition": slot.pair.partition,
                         "error": repr(exc),
+                        "retry_in_s": delay,
                     },
                 )
-                continue
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30)
 
     async def _prepare_one(self, slot: PairSlot) -> None:
         assert self.consumer is not None
         pair = slot.pair
         if slot.producer is None:
-            slot.producer = AIOKafkaProducer(
+            producer = AIOKafkaProducer(
                 client_id=f"{self.settings.client_id}-{pair.agent}-{pair.partition}",
                 transactional_id=f"{self.settings.group_id}.{pair.agent}.{pair.partition}",
                 enable_idempotence=True,
@@ -442,7 +454,8 @@ class Gateway:
                 linger_ms=2,
                 **self._common(),
             )
-            await slot.producer.start()  # initialises the transactional id: fences zombies
+            await producer.start()  # initialises the transactional id: fences zombies
+            slot.producer = producer
         committed = {tp: await self.consumer.committed(tp) for tp in slot.tps()}
         still_valid = bool(slot.committed) and all(
             committed[tp] == slot.committed.get(tp) for tp in slot.tps()
@@ -452,12 +465,14 @@ class Gateway:
             await self._restore(pair)
             self.metrics.state_restore_seconds.observe(time.monotonic() - started)
         slot.committed = {tp: off for tp, off in committed.items() if off is not None}
+        assignment = self.consumer.assignment()
         for tp in slot.tps():
-            if tp in slot.committed:
+            if tp in slot.committed and tp in assignment:
                 self.consumer.seek(tp, slot.committed[tp])
         slot.ready = True
-        if slot.tps() and all(tp in self.consumer.assignment() for tp in slot.tps()):
-            self.consumer.resume(*slot.tps())
+        live = [tp for tp in slot.tps() if tp in assignment]
+        if live:
+            self.consumer.resume(*live)
         self._gauges()
         log.info(
             "pair ready",

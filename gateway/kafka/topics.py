@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
 from gateway.settings import Settings
@@ -70,14 +71,14 @@ async def _describe_partitions(admin: AIOKafkaAdminClient, names: list[str]) -> 
 
 
 async def _describe_cleanup(admin: AIOKafkaAdminClient, topic: str) -> str | None:
-    from aiokafka.admin import ConfigResource, ConfigResourceType
-
-    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    responses = await admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, topic, {"cleanup.policy": None})]
+    )
     for response in responses:
-        for resource in response.resources:
-            for entry in resource[4]:
-                if entry[0] == "cleanup.policy":
-                    return str(entry[1])
+        for resource in response.to_object()["resources"]:
+            for entry in resource["config_entries"]:
+                if entry["config_names"] == "cleanup.policy":
+                    return str(entry["config_value"])
     return None
 
 

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite: .venv with the package, a real local Kafka broker, pytest.
+# The broker is stopped afterwards whatever the result (if this script started it).
+# Extra arguments go to pytest.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+cd "$ROOT"
+
+export KAFKA_PORT="${KAFKA_PORT:-19092}"
+started=0
+if ! deploy/kafka.sh status >/dev/null 2>&1; then
+    started=1
+fi
+stop_broker() {
+    if [ "$started" = 1 ]; then
+        deploy/kafka.sh stop || true
+    fi
+}
+trap stop_broker EXIT
+
+if ! deploy/kafka.sh start; then
+    echo "error: the Kafka broker did not start; its log tail:" >&2
+    deploy/kafka.sh logs 2>/dev/null | tail -n 60 >&2 || true
+    exit 1
+fi
+
+set +e
+"$VENV/bin/python" -m pytest "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+    echo "error: pytest collected no tests" >&2
+fi
+exit "$status"

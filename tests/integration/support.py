@@ -1,0 +1,209 @@
+"""Running the real gateway (`agui-gateway run`) against the real broker, for tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GATEWAY_BIN = Path(sys.executable).with_name("agui-gateway")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Namespace:
+    """Topic templates and a group nobody else uses, so tests never see each other."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.prefix = "it" + uuid.uuid4().hex[:10]
+        self.group = f"{self.prefix}-gateway"
+
+    def env(self, **overrides: Any) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGUI_GATEWAY_")}
+        env.update({
+            "AGUI_GATEWAY_BOOTSTRAP_SERVERS": self.bootstrap,
+            "AGUI_GATEWAY_GROUP_ID": self.group,
+            "AGUI_GATEWAY_EVENTS_TOPIC": f"{self.prefix}.{{agent}}.events",
+            "AGUI_GATEWAY_REQUESTS_TOPIC": f"{self.prefix}.{{agent}}.requests",
+            "AGUI_GATEWAY_RUN_REQUESTS_TOPIC": f"{self.prefix}.{{agent}}.run-requests",
+            "AGUI_GATEWAY_CHANGELOG_TOPIC": f"{self.prefix}.{{agent}}.gateway-changelog",
+            "AGUI_GATEWAY_REJECTIONS_TOPIC": f"{self.prefix}.rejections",
+            "AGUI_GATEWAY_WARNINGS_TOPIC": f"{self.prefix}.warnings",
+            "AGUI_GATEWAY_DISCOVERY_INTERVAL_MS": "1000",
+            "AGUI_GATEWAY_SESSION_TIMEOUT_MS": "6000",
+            "AGUI_GATEWAY_HEARTBEAT_INTERVAL_MS": "500",
+            "AGUI_GATEWAY_LOG_LEVEL": "INFO",
+        })
+        env.update({f"AGUI_GATEWAY_{k.upper()}": str(v) for k, v in overrides.items()})
+        return env
+
+    def events(self, agent: str) -> str:
+        return f"{self.prefix}.{agent}.events"
+
+    def requests(self, agent: str) -> str:
+        return f"{self.prefix}.{agent}.requests"
+
+    def run_requests(self, agent: str) -> str:
+        return f"{self.prefix}.{agent}.run-requests"
+
+    def changelog(self, agent: str) -> str:
+        return f"{self.prefix}.{agent}.gateway-changelog"
+
+    @property
+    def rejections(self) -> str:
+        return f"{self.prefix}.rejections"
+
+    @property
+    def warnings(self) -> str:
+        return f"{self.prefix}.warnings"
+
+    async def create_agent(self, agent: str, partitions: int = 3) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            str(GATEWAY_BIN), "topics", "create", "--agent", agent,
+            "--partitions", str(partitions), env=self.env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        assert proc.returncode == 0, (out + err).decode()
+        return out.decode()
+
+
+class GatewayProcess:
+    """One `agui-gateway run` subprocess with its own HTTP port and log file."""
+
+    def __init__(self, ns: Namespace, log_dir: Path, name: str = "gw", **settings: Any) -> None:
+        self.ns = ns
+        self.port = free_port()
+        self.log_path = log_dir / f"{name}.log"
+        self.settings = settings
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self, ready_timeout: float = 60) -> GatewayProcess:
+        env = self.ns.env(http_port=self.port, **self.settings)
+        log = self.log_path.open("ab")
+        self.proc = await asyncio.create_subprocess_exec(
+            str(GATEWAY_BIN), "run", env=env, stdout=log, stderr=log, cwd=str(REPO_ROOT),
+        )
+        log.close()
+        await self.wait_ready(ready_timeout)
+        return self
+
+    def http(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    async def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.returncode is not None:
+                raise AssertionError(f"gateway exited {self.proc.returncode}:\n{self.log_tail()}")
+            with contextlib.suppress(OSError):
+                last = await asyncio.to_thread(self.http, "/readyz")
+                if last[0] == 200:
+                    return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"gateway not ready in {timeout}s: {last!r}\n{self.log_tail()}")
+
+    def metrics(self) -> str:
+        status, body = self.http("/metrics")
+        assert status == 200
+        return body.decode()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    async def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc is None or self.proc.returncode is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout=timeout)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            raise AssertionError(f"gateway did not stop on {sig}:\n{self.log_tail()}") from None
+
+
+async def produce(bootstrap: str, topic: str, records: Iterable[tuple[str | None, Any]],
+                  headers: list[tuple[str, bytes]] | None = None) -> None:
+    """Send (key, value) records in order; dict/list values are JSON-encoded, bytes as is."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        for key, value in records:
+            body = value if isinstance(value, bytes) or value is None else orjson.dumps(value)
+            await producer.send_and_wait(topic, body, key=key.encode() if key else None,
+                                         headers=headers or [])
+    finally:
+        await producer.stop()
+
+
+async def collect(bootstrap: str, topic: str, *, count: int | None = None,
+                  timeout: float = 30, settle: float = 0.0) -> list[Any]:
+    """Records of `topic` (read_committed, from the beginning) until `count` are seen.
+
+    With `settle`, keep reading that long after reaching `count`, so that extra
+    (duplicate) records would be seen too.
+    """
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    out: list[Any] = []
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        deadline = time.monotonic() + 10
+        while not partitions and time.monotonic() < deadline:
+            await consumer._client.force_metadata_update()
+            partitions = consumer.partitions_for_topic(topic)
+        assert partitions, f"topic {topic} not found"
+        consumer.assign([TopicPartition(topic, p) for p in partitions])
+        deadline = time.monotonic() + timeout
+        reached_at: float | None = None
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            for messages in batch.values():
+                out.extend(messages)
+            if count is not None and len(out) >= count:
+                reached_at = reached_at or time.monotonic()
+                if time.monotonic() - reached_at >= settle:
+                    break
+        return out
+    finally:
+        await consumer.stop()
+
+
+def values(records: list[Any]) -> list[Any]:
+    return [orjson.loads(r.value) if r.value is not None else None for r in records]
+
+
+def header(record: Any, name: str) -> str | None:
+    for key, value in record.headers or ():
+        if key == name:
+            return value.decode()
+    return None

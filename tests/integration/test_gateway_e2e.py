@@ -1,0 +1,130 @@
+"""End to end on the real broker: the gateway judges, forwards, rejects and replies."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.support import GatewayProcess, Namespace, collect, header, produce, values
+
+AGENT = "support"
+
+
+def started(thread: str, run: str) -> dict:
+    return {"type": "RUN_STARTED", "threadId": thread, "runId": run}
+
+
+def interrupted(thread: str, run: str, *interrupts: dict) -> dict:
+    return {"type": "RUN_FINISHED", "threadId": thread, "runId": run,
+            "outcome": {"type": "interrupt", "interrupts": list(interrupts)}}
+
+
+def resume(thread: str, run: str, *entries: dict) -> dict:
+    return {"threadId": thread, "runId": run, "messages": [], "resume": list(entries)}
+
+
+@pytest.fixture
+async def ns(kafka_bootstrap: str) -> Namespace:
+    return Namespace(kafka_bootstrap)
+
+
+async def test_resume_lifecycle_end_to_end(ns: Namespace, create_topics, tmp_path) -> None:
+    report = await ns.create_agent(AGENT, partitions=3)
+    assert "created" in report and ns.changelog(AGENT) in report
+    reply_topic = (await create_topics([f"{ns.prefix}.replies"], partitions=1))[0]
+    gateway = await GatewayProcess(ns, tmp_path).start()
+    try:
+        thread = "thread-1"
+        await produce(ns.bootstrap, ns.events(AGENT), [
+            (thread, started(thread, "run-1")),
+            (thread, {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "hi"}),
+            (thread, interrupted(thread, "run-1",
+                                 {"id": "approve", "reason": "tool_call", "toolCallId": "c1"},
+                                 {"id": "ask", "reason": "input_required"})),
+        ])
+
+        def hdrs(correlation: str) -> list[tuple[str, bytes]]:
+            return [("agui-reply-to", reply_topic.encode()),
+                    ("agui-correlation-id", correlation.encode())]
+
+        # 1. uncovered: only one of two interrupts answered
+        await produce(ns.bootstrap, ns.requests(AGENT), [
+            (thread, resume(thread, "run-2", {"interruptId": "approve", "status": "resolved",
+                                              "payload": {"approved": True}})),
+        ], headers=hdrs("c-uncovered"))
+        # 2. covering, plus one unrecognised entry and an unknown member
+        good = resume(thread, "run-2",
+                      {"interruptId": "approve", "status": "resolved", "payload": {"approved": True}},
+                      {"interruptId": "ask", "status": "cancelled"},
+                      {"interruptId": "ghost", "status": "resolved"})
+        good["forwardedProps"] = {"keep": {"me": [1, None]}}
+        good["madeUp"] = 1
+        await produce(ns.bootstrap, ns.requests(AGENT), [(thread, good)], headers=hdrs("c-good"))
+        # 3. the same request again: a duplicate
+        await produce(ns.bootstrap, ns.requests(AGENT), [(thread, good)], headers=hdrs("c-dup"))
+        # 4. a different answer to the same interrupts: already_resumed
+        await produce(ns.bootstrap, ns.requests(AGENT), [
+            (thread, resume(thread, "run-3",
+                            {"interruptId": "approve", "status": "cancelled"},
+                            {"interruptId": "ask", "status": "cancelled"})),
+        ], headers=hdrs("c-again"))
+
+        replies = await collect(ns.bootstrap, reply_topic, count=4, settle=1.0)
+        by_corr = {header(r, "agui-correlation-id"): v for r, v in zip(replies, values(replies))}
+        assert len(replies) == 4, [values(replies)]
+        assert by_corr["c-uncovered"]["verdict"] == "reject"
+        assert [r["code"] for r in by_corr["c-uncovered"]["reasons"]] == ["uncovered_interrupt"]
+        assert by_corr["c-uncovered"]["reasons"][0]["interruptId"] == "ask"
+        assert by_corr["c-good"]["verdict"] == "forward"
+        assert by_corr["c-dup"]["verdict"] == "duplicate"
+        assert by_corr["c-again"]["verdict"] == "reject"
+        assert {r["code"] for r in by_corr["c-again"]["reasons"]} == {"already_resumed"}
+
+        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, settle=1.5)
+        assert len(forwarded) == 1, values(forwarded)
+        sent = values(forwarded)[0]
+        assert header(forwarded[0], "agui-correlation-id") == "c-good"
+        assert forwarded[0].key == thread.encode()
+        assert [e["interruptId"] for e in sent["resume"]] == ["approve", "ask"]
+        assert "madeUp" not in sent
+        assert sent["forwardedProps"] == {"keep": {"me": [1, None]}}
+
+        rejections = values(await collect(ns.bootstrap, ns.rejections, count=2, settle=1.0))
+        assert sorted(r["correlationId"] for r in rejections) == ["c-again", "c-uncovered"]
+        uncovered = next(r for r in rejections if r["correlationId"] == "c-uncovered")
+        assert uncovered["agent"] == AGENT and uncovered["threadId"] == thread
+        assert uncovered["input"]["runId"] == "run-2"
+
+        warnings = values(await collect(ns.bootstrap, ns.warnings, count=2, settle=1.0))
+        codes = {(w["code"], w.get("interruptId"), w.get("path")) for w in warnings}
+        assert ("unrecognised_entry", "ghost", "/resume/2") in codes
+        assert ("unknown_member_stripped", None, "/madeUp") in codes
+    finally:
+        await gateway.stop()
+
+
+async def test_poison_records_are_rejected_and_never_block(ns: Namespace, tmp_path) -> None:
+    await ns.create_agent(AGENT, partitions=1)
+    gateway = await GatewayProcess(ns, tmp_path).start()
+    try:
+        thread = "t-poison"
+        await produce(ns.bootstrap, ns.requests(AGENT), [
+            (thread, b"\xff\xfe not utf-8"),
+            (thread, b"{not json"),
+            (thread, b"[1, 2]"),
+            (None, resume("x", "r", )),
+            (thread, {"threadId": thread, "runId": "r-ok", "messages": []}),
+        ])
+        await produce(ns.bootstrap, ns.events(AGENT), [(thread, b"\x00garbage")])
+        rejections = values(await collect(ns.bootstrap, ns.rejections, count=4, settle=1.0))
+        assert len(rejections) == 4
+        codes = [r["reasons"][0]["code"] for r in rejections]
+        assert codes.count("malformed_input") == 3 and codes.count("thread_mismatch") == 1
+        assert any("inputBase64" in r for r in rejections)
+        assert any(r.get("inputText") == "{not json" for r in rejections)
+        forwarded = values(await collect(ns.bootstrap, ns.run_requests(AGENT), count=1))
+        assert [f["runId"] for f in forwarded] == ["r-ok"]
+        warnings = values(await collect(ns.bootstrap, ns.warnings, count=2, settle=0.5))
+        assert any(w.get("rule") == "malformed_event" for w in warnings)
+        assert any(w["code"] == "thread_unknown" for w in warnings)
+    finally:
+        await gateway.stop()
