@@ -490,6 +490,7 @@ class Gateway:
             reader = AIOKafkaConsumer(
                 client_id=f"{self.settings.client_id}-restore",
                 enable_auto_commit=False,
+                auto_offset_reset="earliest",  # a "latest" reset racing the seek would skip all
                 isolation_level="read_committed",
                 max_poll_records=10000,
                 **self._common(),
@@ -498,7 +499,8 @@ class Gateway:
             try:
                 reader.assign([tp])
                 end = (await reader.end_offsets([tp]))[tp]
-                await reader.seek_to_beginning(tp)
+                start = (await reader.beginning_offsets([tp]))[tp]
+                reader.seek(tp, start)
                 pair.store = type(pair.store)()
                 bad = 0
                 while await reader.position(tp) < end:

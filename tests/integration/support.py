@@ -38,20 +38,22 @@ class Namespace:
 
     def env(self, **overrides: Any) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGUI_GATEWAY_")}
-        env.update({
-            "AGUI_GATEWAY_BOOTSTRAP_SERVERS": self.bootstrap,
-            "AGUI_GATEWAY_GROUP_ID": self.group,
-            "AGUI_GATEWAY_EVENTS_TOPIC": f"{self.prefix}.{{agent}}.events",
-            "AGUI_GATEWAY_REQUESTS_TOPIC": f"{self.prefix}.{{agent}}.requests",
-            "AGUI_GATEWAY_RUN_REQUESTS_TOPIC": f"{self.prefix}.{{agent}}.run-requests",
-            "AGUI_GATEWAY_CHANGELOG_TOPIC": f"{self.prefix}.{{agent}}.gateway-changelog",
-            "AGUI_GATEWAY_REJECTIONS_TOPIC": f"{self.prefix}.rejections",
-            "AGUI_GATEWAY_WARNINGS_TOPIC": f"{self.prefix}.warnings",
-            "AGUI_GATEWAY_DISCOVERY_INTERVAL_MS": "1000",
-            "AGUI_GATEWAY_SESSION_TIMEOUT_MS": "6000",
-            "AGUI_GATEWAY_HEARTBEAT_INTERVAL_MS": "500",
-            "AGUI_GATEWAY_LOG_LEVEL": "INFO",
-        })
+        env.update(
+            {
+                "AGUI_GATEWAY_BOOTSTRAP_SERVERS": self.bootstrap,
+                "AGUI_GATEWAY_GROUP_ID": self.group,
+                "AGUI_GATEWAY_EVENTS_TOPIC": f"{self.prefix}.{{agent}}.events",
+                "AGUI_GATEWAY_REQUESTS_TOPIC": f"{self.prefix}.{{agent}}.requests",
+                "AGUI_GATEWAY_RUN_REQUESTS_TOPIC": f"{self.prefix}.{{agent}}.run-requests",
+                "AGUI_GATEWAY_CHANGELOG_TOPIC": f"{self.prefix}.{{agent}}.gateway-changelog",
+                "AGUI_GATEWAY_REJECTIONS_TOPIC": f"{self.prefix}.rejections",
+                "AGUI_GATEWAY_WARNINGS_TOPIC": f"{self.prefix}.warnings",
+                "AGUI_GATEWAY_DISCOVERY_INTERVAL_MS": "1000",
+                "AGUI_GATEWAY_SESSION_TIMEOUT_MS": "6000",
+                "AGUI_GATEWAY_HEARTBEAT_INTERVAL_MS": "500",
+                "AGUI_GATEWAY_LOG_LEVEL": "INFO",
+            }
+        )
         env.update({f"AGUI_GATEWAY_{k.upper()}": str(v) for k, v in overrides.items()})
         return env
 
@@ -77,9 +79,16 @@ class Namespace:
 
     async def create_agent(self, agent: str, partitions: int = 3) -> str:
         proc = await asyncio.create_subprocess_exec(
-            str(GATEWAY_BIN), "topics", "create", "--agent", agent,
-            "--partitions", str(partitions), env=self.env(),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            str(GATEWAY_BIN),
+            "topics",
+            "create",
+            "--agent",
+            agent,
+            "--partitions",
+            str(partitions),
+            env=self.env(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
         assert proc.returncode == 0, (out + err).decode()
@@ -100,7 +109,12 @@ class GatewayProcess:
         env = self.ns.env(http_port=self.port, **self.settings)
         log = self.log_path.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
-            str(GATEWAY_BIN), "run", env=env, stdout=log, stderr=log, cwd=str(REPO_ROOT),
+            str(GATEWAY_BIN),
+            "run",
+            env=env,
+            stdout=log,
+            stderr=log,
+            cwd=str(REPO_ROOT),
         )
         log.close()
         await self.wait_ready(ready_timeout)
@@ -150,29 +164,44 @@ class GatewayProcess:
             raise AssertionError(f"gateway did not stop on {sig}:\n{self.log_tail()}") from None
 
 
-async def produce(bootstrap: str, topic: str, records: Iterable[tuple[str | None, Any]],
-                  headers: list[tuple[str, bytes]] | None = None) -> None:
+async def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[str | None, Any]],
+    headers: list[tuple[str, bytes]] | None = None,
+) -> None:
     """Send (key, value) records in order; dict/list values are JSON-encoded, bytes as is."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
     await producer.start()
     try:
         for key, value in records:
             body = value if isinstance(value, bytes) or value is None else orjson.dumps(value)
-            await producer.send_and_wait(topic, body, key=key.encode() if key else None,
-                                         headers=headers or [])
+            await producer.send_and_wait(
+                topic, body, key=key.encode() if key else None, headers=headers or []
+            )
     finally:
         await producer.stop()
 
 
-async def collect(bootstrap: str, topic: str, *, count: int | None = None,
-                  timeout: float = 30, settle: float = 0.0) -> list[Any]:
+async def collect(
+    bootstrap: str,
+    topic: str,
+    *,
+    count: int | None = None,
+    timeout: float = 30,
+    settle: float = 0.0,
+) -> list[Any]:
     """Records of `topic` (read_committed, from the beginning) until `count` are seen.
 
     With `settle`, keep reading that long after reaching `count`, so that extra
     (duplicate) records would be seen too.
     """
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     await consumer.start()
     out: list[Any] = []
     try:

@@ -14,8 +14,12 @@ def started(thread: str, run: str) -> dict:
 
 
 def interrupted(thread: str, run: str, *interrupts: dict) -> dict:
-    return {"type": "RUN_FINISHED", "threadId": thread, "runId": run,
-            "outcome": {"type": "interrupt", "interrupts": list(interrupts)}}
+    return {
+        "type": "RUN_FINISHED",
+        "threadId": thread,
+        "runId": run,
+        "outcome": {"type": "interrupt", "interrupts": list(interrupts)},
+    }
 
 
 def resume(thread: str, run: str, *entries: dict) -> dict:
@@ -34,39 +38,80 @@ async def test_resume_lifecycle_end_to_end(ns: Namespace, create_topics, tmp_pat
     gateway = await GatewayProcess(ns, tmp_path).start()
     try:
         thread = "thread-1"
-        await produce(ns.bootstrap, ns.events(AGENT), [
-            (thread, started(thread, "run-1")),
-            (thread, {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "hi"}),
-            (thread, interrupted(thread, "run-1",
-                                 {"id": "approve", "reason": "tool_call", "toolCallId": "c1"},
-                                 {"id": "ask", "reason": "input_required"})),
-        ])
+        await produce(
+            ns.bootstrap,
+            ns.events(AGENT),
+            [
+                (thread, started(thread, "run-1")),
+                (thread, {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "hi"}),
+                (
+                    thread,
+                    interrupted(
+                        thread,
+                        "run-1",
+                        {"id": "approve", "reason": "tool_call", "toolCallId": "c1"},
+                        {"id": "ask", "reason": "input_required"},
+                    ),
+                ),
+            ],
+        )
 
         def hdrs(correlation: str) -> list[tuple[str, bytes]]:
-            return [("agui-reply-to", reply_topic.encode()),
-                    ("agui-correlation-id", correlation.encode())]
+            return [
+                ("agui-reply-to", reply_topic.encode()),
+                ("agui-correlation-id", correlation.encode()),
+            ]
 
         # 1. uncovered: only one of two interrupts answered
-        await produce(ns.bootstrap, ns.requests(AGENT), [
-            (thread, resume(thread, "run-2", {"interruptId": "approve", "status": "resolved",
-                                              "payload": {"approved": True}})),
-        ], headers=hdrs("c-uncovered"))
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [
+                (
+                    thread,
+                    resume(
+                        thread,
+                        "run-2",
+                        {
+                            "interruptId": "approve",
+                            "status": "resolved",
+                            "payload": {"approved": True},
+                        },
+                    ),
+                ),
+            ],
+            headers=hdrs("c-uncovered"),
+        )
         # 2. covering, plus one unrecognised entry and an unknown member
-        good = resume(thread, "run-2",
-                      {"interruptId": "approve", "status": "resolved", "payload": {"approved": True}},
-                      {"interruptId": "ask", "status": "cancelled"},
-                      {"interruptId": "ghost", "status": "resolved"})
+        good = resume(
+            thread,
+            "run-2",
+            {"interruptId": "approve", "status": "resolved", "payload": {"approved": True}},
+            {"interruptId": "ask", "status": "cancelled"},
+            {"interruptId": "ghost", "status": "resolved"},
+        )
         good["forwardedProps"] = {"keep": {"me": [1, None]}}
         good["madeUp"] = 1
         await produce(ns.bootstrap, ns.requests(AGENT), [(thread, good)], headers=hdrs("c-good"))
         # 3. the same request again: a duplicate
         await produce(ns.bootstrap, ns.requests(AGENT), [(thread, good)], headers=hdrs("c-dup"))
         # 4. a different answer to the same interrupts: already_resumed
-        await produce(ns.bootstrap, ns.requests(AGENT), [
-            (thread, resume(thread, "run-3",
-                            {"interruptId": "approve", "status": "cancelled"},
-                            {"interruptId": "ask", "status": "cancelled"})),
-        ], headers=hdrs("c-again"))
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [
+                (
+                    thread,
+                    resume(
+                        thread,
+                        "run-3",
+                        {"interruptId": "approve", "status": "cancelled"},
+                        {"interruptId": "ask", "status": "cancelled"},
+                    ),
+                ),
+            ],
+            headers=hdrs("c-again"),
+        )
 
         replies = await collect(ns.bootstrap, reply_topic, count=4, settle=1.0)
         by_corr = {header(r, "agui-correlation-id"): v for r, v in zip(replies, values(replies))}
@@ -107,13 +152,23 @@ async def test_poison_records_are_rejected_and_never_block(ns: Namespace, tmp_pa
     gateway = await GatewayProcess(ns, tmp_path).start()
     try:
         thread = "t-poison"
-        await produce(ns.bootstrap, ns.requests(AGENT), [
-            (thread, b"\xff\xfe not utf-8"),
-            (thread, b"{not json"),
-            (thread, b"[1, 2]"),
-            (None, resume("x", "r", )),
-            (thread, {"threadId": thread, "runId": "r-ok", "messages": []}),
-        ])
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [
+                (thread, b"\xff\xfe not utf-8"),
+                (thread, b"{not json"),
+                (thread, b"[1, 2]"),
+                (
+                    None,
+                    resume(
+                        "x",
+                        "r",
+                    ),
+                ),
+                (thread, {"threadId": thread, "runId": "r-ok", "messages": []}),
+            ],
+        )
         await produce(ns.bootstrap, ns.events(AGENT), [(thread, b"\x00garbage")])
         rejections = values(await collect(ns.bootstrap, ns.rejections, count=4, settle=1.0))
         assert len(rejections) == 4
