@@ -114,7 +114,10 @@ async def test_resume_lifecycle_end_to_end(ns: Namespace, create_topics, tmp_pat
         )
 
         replies = await collect(ns.bootstrap, reply_topic, count=4, settle=1.0)
-        by_corr = {header(r, "agui-correlation-id"): v for r, v in zip(replies, values(replies))}
+        by_corr = {
+            header(r, "agui-correlation-id"): v
+            for r, v in zip(replies, values(replies), strict=True)
+        }
         assert len(replies) == 4, [values(replies)]
         assert by_corr["c-uncovered"]["verdict"] == "reject"
         assert [r["code"] for r in by_corr["c-uncovered"]["reasons"]] == ["uncovered_interrupt"]
