@@ -1,0 +1,301 @@
+"""The partition pair's merge, effects and round bookkeeping, without Kafka."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.codec import changelog
+from gateway.codec.records import InRecord
+from gateway.kafka.pair import PairContext, PartitionPair
+from gateway.kafka.topics import AgentTopics
+from gateway.observe.metrics import Metrics
+from gateway.observe.warnings import WarningLimiter
+from gateway.state.retention import Retention
+
+TOPICS = AgentTopics(
+    "bot",
+    "agui.bot.events",
+    "agui.bot.requests",
+    "agui.bot.run-requests",
+    "agui.bot.gateway-changelog",
+)
+
+
+def make_pair(
+    *,
+    strict: bool = False,
+    wait_s: float = 5.0,
+    topics: set[str] | None = None,
+    retention: Retention | None = None,
+) -> tuple[PartitionPair, CollectorRegistry]:
+    registry = CollectorRegistry()
+    ctx = PairContext(
+        strict,
+        "agui.rejections",
+        "agui.warnings",
+        wait_s,
+        retention or Retention(10**9, 10**9, 10**9),
+    )
+    known = topics if topics is not None else {"replies"}
+    pair = PartitionPair(
+        TOPICS, 0, ctx, Metrics(registry), WarningLimiter(5, 60_000), known.__contains__
+    )
+    return pair, registry
+
+
+class Feed:
+    def __init__(self) -> None:
+        self.offsets = {"events": 0, "requests": 0}
+
+    def rec(self, side: str, value, ts: int, key: str | None = "t1", headers=()) -> InRecord:
+        offset = self.offsets[side]
+        self.offsets[side] += 1
+        body = value if isinstance(value, bytes) or value is None else orjson.dumps(value)
+        return InRecord(
+            f"agui.bot.{side}",
+            0,
+            offset,
+            ts,
+            True,
+            key.encode() if key else None,
+            body,
+            tuple(headers),
+            received=0.0,
+        )
+
+
+def started(run="r1"):
+    return {"type": "RUN_STARTED", "threadId": "t1", "runId": run}
+
+
+def interrupted(run="r1", *ids):
+    return {
+        "type": "RUN_FINISHED",
+        "threadId": "t1",
+        "runId": run,
+        "outcome": {
+            "type": "interrupt",
+            "interrupts": [{"id": i, "reason": "tool_call"} for i in ids or ("a",)],
+        },
+    }
+
+
+def answer(run="r2", *ids, status="resolved"):
+    return {
+        "threadId": "t1",
+        "runId": run,
+        "messages": [],
+        "resume": [{"interruptId": i, "status": status} for i in ids or ("a",)],
+    }
+
+
+def out_topics(pair: PartitionPair) -> list[str]:
+    return [r.topic for r in pair.out]
+
+
+def sample(registry, name, **labels):
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def test_events_and_requests_merge_in_timestamp_order():
+    pair, _ = make_pair()
+    f = Feed()
+    pair.take("events", [f.rec("events", started(), 10), f.rec("events", interrupted(), 20)])
+    pair.take("requests", [f.rec("requests", answer(), 15), f.rec("requests", answer("r3"), 25)])
+    pair.set_fence(events_end=2)
+    pair.process(events_position=2, mono_now=0.0, wall_ms=0)
+    # at ts 15 the run is active: run_active; at ts 25 it is interrupted: forwarded
+    assert out_topics(pair) == ["agui.rejections", "agui.bot.run-requests"]
+    rejection = orjson.loads(pair.out[0].value)
+    assert [r["code"] for r in rejection["reasons"]] == ["run_active"]
+    assert pair.next_offsets == {"events": 2, "requests": 2}
+
+
+def test_request_waits_for_the_events_fence_then_is_judged_on_fresh_state():
+    pair, _ = make_pair()
+    f = Feed()
+    pair.take("events", [f.rec("events", started(), 10)])
+    pair.take("requests", [f.rec("requests", answer(), 30)])
+    pair.set_fence(events_end=2)  # RUN_FINISHED (offset 1) is in the log but not yet fetched
+    pair.process(events_position=1, mono_now=100.0, wall_ms=0)
+    assert pair.out == [] and len(pair.requests) == 1  # waiting, nothing judged
+    pair.take("events", [f.rec("events", interrupted(), 20)])
+    pair.process(events_position=2, mono_now=100.5, wall_ms=0)
+    assert out_topics(pair) == ["agui.bot.run-requests"]
+
+
+def test_waiting_is_bounded_by_merge_max_wait():
+    pair, registry = make_pair(wait_s=1.0)
+    f = Feed()
+    pair.take("requests", [f.rec("requests", answer(), 30)])
+    pair.set_fence(events_end=5)
+    pair.process(events_position=0, mono_now=10.0, wall_ms=0)
+    assert pair.out == []
+    pair.process(events_position=0, mono_now=11.5, wall_ms=0)
+    assert len(pair.out) >= 1  # judged (unknown thread: forwarded with a warning)
+    pair.committed(12.0)
+    assert sample(registry, "agui_gateway_merge_wait_expired_total", agent="bot") == 1
+
+
+def test_a_request_not_covered_by_the_fence_needs_a_new_one():
+    pair, _ = make_pair()
+    f = Feed()
+    pair.take("requests", [f.rec("requests", answer(), 30)])
+    assert pair.needs_fence()
+    pair.set_fence(events_end=0)
+    assert not pair.needs_fence()
+    pair.process(events_position=0, mono_now=0, wall_ms=0)
+    pair.take("requests", [f.rec("requests", answer("r9"), 40)])
+    assert pair.needs_fence()
+
+
+def test_metrics_and_state_become_visible_only_on_commit():
+    pair, registry = make_pair()
+    f = Feed()
+    pair.take(
+        "events", [f.rec("events", started(), 1), f.rec("events", interrupted("r1", "a", "b"), 2)]
+    )
+    pair.process(None, 0, 0)
+    assert pair.store.get("t1").status == "interrupted"
+    assert sample(registry, "agui_gateway_runs_closed_total", agent="bot", outcome="interrupt") == 0
+    records = pair.changelog_records()
+    assert [r.topic for r in records] == ["agui.bot.gateway-changelog"]
+    assert records[0].partition == 0 and records[0].key == b"t1"
+    assert changelog.decode(records[0].value).interrupts[1].id == "b"
+    pair.committed(1.0)
+    assert sample(registry, "agui_gateway_runs_closed_total", agent="bot", outcome="interrupt") == 1
+    assert (
+        sample(registry, "agui_gateway_interrupts_raised_total", agent="bot", reason="tool_call")
+        == 2
+    )
+    assert sample(registry, "agui_gateway_events_total", agent="bot", type="RUN_STARTED") == 1
+    assert pair.open_interrupts == 2 and pair.thread_count == 1
+
+
+def test_abort_forgets_the_round():
+    pair, registry = make_pair()
+    f = Feed()
+    pair.take("events", [f.rec("events", started(), 1)])
+    pair.process(None, 0, 0)
+    pair.aborted()
+    assert pair.store.get("t1") is None
+    assert pair.out == [] and pair.next_offsets == {}
+    pair.committed(0)
+    assert sample(registry, "agui_gateway_events_total", agent="bot", type="RUN_STARTED") == 0
+
+
+def test_forward_keeps_correlation_and_replies_with_latency_observed():
+    pair, registry = make_pair()
+    f = Feed()
+    pair.take("events", [f.rec("events", started(), 1_000), f.rec("events", interrupted(), 2_000)])
+    headers = (("agui-reply-to", b"replies"), ("agui-correlation-id", b"c-7"))
+    pair.take("requests", [f.rec("requests", answer(), 62_000, headers=headers)])
+    pair.set_fence(2)
+    pair.process(2, 0, 0)
+    forward, reply = pair.out
+    assert forward.topic == "agui.bot.run-requests" and forward.key == b"t1"
+    assert ("agui-correlation-id", b"c-7") in forward.headers
+    assert reply.topic == "replies"
+    assert orjson.loads(reply.value)["verdict"] == "forward"
+    pair.committed(0)
+    labels = {"agent": "bot", "reason": "tool_call", "status": "resolved"}
+    assert registry.get_sample_value("agui_gateway_interrupt_response_seconds_sum", labels) == 60.0
+
+
+def test_reply_to_an_unknown_topic_is_a_warning_not_a_send():
+    pair, _ = make_pair(topics=set())
+    f = Feed()
+    pair.take("requests", [f.rec("requests", answer(), 5, headers=(("agui-reply-to", b"nope"),))])
+    pair.set_fence(0)
+    pair.process(0, 0, 0)
+    warnings = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.warnings"]
+    assert "reply_topic_unknown" in {w["code"] for w in warnings}
+    assert "nope" not in out_topics(pair)
+
+
+@pytest.mark.parametrize(
+    ("value", "key", "code"),
+    [
+        (b"\xff\xfe", "t1", "malformed_input"),
+        (b"{oops", "t1", "malformed_input"),
+        (b"[]", "t1", "malformed_input"),
+        (None, "t1", "malformed_input"),
+        (orjson.dumps(answer()), None, "thread_mismatch"),
+    ],
+)
+def test_poison_requests_are_rejected_with_the_original_kept(value, key, code):
+    pair, _ = make_pair()
+    f = Feed()
+    pair.take("requests", [f.rec("requests", value, 5, key=key)])
+    pair.set_fence(0)
+    pair.process(0, 0, 0)
+    (rejection,) = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.rejections"]
+    assert rejection["reasons"][0]["code"] == code
+    assert {"input", "inputText", "inputBase64"} & set(rejection)
+    assert pair.next_offsets == {"requests": 1}
+
+
+def test_undecodable_event_is_a_violation_and_the_partition_moves_on():
+    pair, _ = make_pair()
+    f = Feed()
+    pair.take("events", [f.rec("events", b"\x00\x01", 1), f.rec("events", started(), 2)])
+    pair.process(None, 0, 0)
+    warning = orjson.loads(pair.out[0].value)
+    assert warning["code"] == "protocol_violation" and warning["rule"] == "malformed_event"
+    assert pair.store.get("t1").status == "active"
+    assert pair.next_offsets == {"events": 2}
+
+
+def test_streaming_deltas_in_an_active_run_skip_parsing():
+    pair, registry = make_pair()
+    f = Feed()
+    delta = b'{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}'
+    broken_delta = b'{"type":"TEXT_MESSAGE_CONTENT", broken'
+    pair.take(
+        "events",
+        [
+            f.rec("events", started(), 1),
+            f.rec("events", delta, 2),
+            f.rec("events", broken_delta, 3),
+        ],
+    )
+    pair.process(None, 0, 0)
+    assert pair.out == []  # the delta's body is never read: nothing to warn about
+    pair.committed(0)
+    assert (
+        sample(registry, "agui_gateway_events_total", agent="bot", type="TEXT_MESSAGE_CONTENT") == 2
+    )
+
+
+def test_sweep_announces_expiry_once_and_forgets_past_retention():
+    pair, registry = make_pair(
+        retention=Retention(thread_ms=1_000, interrupt_grace_ms=500, interrupt_ms=10_000)
+    )
+    f = Feed()
+    finished = interrupted()
+    finished["outcome"]["interrupts"][0]["expiresAt"] = "1970-01-01T00:00:05Z"
+    pair.take(
+        "events",
+        [
+            f.rec("events", started(), 1_000),
+            f.rec("events", finished, 2_000),
+            f.rec("events", started(), 2_100, key="t2"),
+        ],
+    )
+    pair.process(None, 0, 0)
+    pair.committed(0)
+    pair.sweep(now_ms=5_000)
+    codes = [orjson.loads(r.value)["code"] for r in pair.out]
+    assert codes == ["interrupt_expired"]
+    pair.committed(0)
+    pair.sweep(now_ms=5_100)
+    assert pair.out == []  # announced once
+    assert sample(registry, "agui_gateway_interrupts_expired_total", agent="bot") == 1
+    # t2 (active, no interrupts) outlives the interrupted t1: t1 goes at expiry + grace
+    pair.sweep(now_ms=5_600)
+    assert [r.value for r in pair.changelog_records()] == [None]
+    pair.committed(0)
+    assert pair.store.get("t1") is None and pair.store.get("t2") is not None
+    assert pair.open_interrupts == 0 and pair.thread_count == 1
