@@ -68,10 +68,19 @@ def decode_json(value: bytes | None) -> Any:
         raise Undecodable(f"the record value is not JSON: {exc}") from None
 
 
-def original_input(value: bytes | None) -> dict[str, Any]:
-    """How a rejection carries the request it rejects, whatever its bytes were."""
+def original_input(value: bytes | None, max_bytes: int) -> dict[str, Any]:
+    """How a rejection carries the request it rejects, whatever its bytes were.
+
+    A request larger than `max_bytes` is not copied (`inputOmitted` says why);
+    the rejection's `source` still points at the original record.
+    """
     if value is None:
         return {"input": None}
+    if len(value) > max_bytes:
+        return {
+            "input": None,
+            "inputOmitted": f"{len(value)} bytes, over {max_bytes}; read it at `source`",
+        }
     try:
         return {"input": orjson.loads(value)}
     except orjson.JSONDecodeError:

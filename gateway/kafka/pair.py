@@ -51,6 +51,10 @@ from gateway.state.store import ThreadStore
 
 log = logging.getLogger("gateway.pair")
 
+# A rejection carries the original request up to this size; a larger one is
+# referenced by `source` instead, so the record always fits the topic's limit.
+MAX_CARRIED_INPUT = 512 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Fence:
@@ -290,7 +294,7 @@ class PartitionPair:
                 **envelope,
                 "reasons": [r.to_json() for r in decision.reasons],
                 "warnings": [w.to_json() for w in decision.warnings],
-                **original_input(record.value),
+                **original_input(record.value, MAX_CARRIED_INPUT),
                 "at": iso(now_ms),
                 "source": record.source(),
             }

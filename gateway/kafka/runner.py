@@ -33,6 +33,7 @@ from gateway.observe.metrics import Metrics
 from gateway.observe.warnings import WarningLimiter
 from gateway.settings import Settings
 from gateway.state.retention import Retention
+from gateway.state.store import ThreadStore
 
 log = logging.getLogger("gateway.runner")
 
@@ -456,7 +457,7 @@ class Gateway:
             )
             await producer.start()  # initialises the transactional id: fences zombies
             slot.producer = producer
-        committed = {tp: await self.consumer.committed(tp) for tp in slot.tps()}
+        committed = await self._committed_offsets(slot)
         still_valid = bool(slot.committed) and all(
             committed[tp] == slot.committed.get(tp) for tp in slot.tps()
         )
@@ -484,6 +485,25 @@ class Gateway:
             },
         )
 
+    async def _committed_offsets(self, slot: PairSlot) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets for a pair, waiting out our own commit's visibility.
+
+        A transactional offset commit becomes visible to OffsetFetch a little after
+        the commit returns. Offsets only move forward, so a value behind what this
+        instance itself committed is such a stale read: ask again (bounded).
+        """
+        assert self.consumer is not None
+        for _ in range(50):
+            committed = {tp: await self.consumer.committed(tp) for tp in slot.tps()}
+            stale = any(
+                ours is not None and (committed.get(tp) or 0) < ours
+                for tp, ours in slot.committed.items()
+            )
+            if not stale:
+                return committed
+            await asyncio.sleep(0.1)
+        return committed
+
     async def _restore(self, pair: PartitionPair) -> None:
         async with self._restore_lock:
             tp = TopicPartition(pair.topics.changelog, pair.partition)
@@ -501,7 +521,7 @@ class Gateway:
                 end = (await reader.end_offsets([tp]))[tp]
                 start = (await reader.beginning_offsets([tp]))[tp]
                 reader.seek(tp, start)
-                pair.store = type(pair.store)()
+                store = ThreadStore()  # the pair keeps its old store if this is cancelled
                 bad = 0
                 while await reader.position(tp) < end:
                     batch = await reader.getmany(tp, timeout_ms=1000)
@@ -510,10 +530,10 @@ class Gateway:
                             continue
                         thread_id = message.key.decode("utf-8", "replace")
                         if message.value is None:
-                            pair.store.load(None, thread_id)
+                            store.load(None, thread_id)
                             continue
                         try:
-                            pair.store.load(changelog.decode(message.value), thread_id)
+                            store.load(changelog.decode(message.value), thread_id)
                         except changelog.ChangelogFormatError as exc:
                             bad += 1
                             log.error(
@@ -525,8 +545,9 @@ class Gateway:
                                     "error": str(exc),
                                 },
                             )
-                pair.thread_count = len(pair.store)
-                pair.open_interrupts = pair.store.open_interrupts()
+                pair.store = store
+                pair.thread_count = len(store)
+                pair.open_interrupts = store.open_interrupts()
             finally:
                 await reader.stop()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 
@@ -70,6 +71,20 @@ async def _describe_partitions(admin: AIOKafkaAdminClient, names: list[str]) -> 
     return found
 
 
+async def _wait_visible(
+    admin: AIOKafkaAdminClient, names: list[str], created: list[str], timeout_s: float = 15.0
+) -> dict[str, int]:
+    """Partition counts once the created topics show in metadata (bounded wait)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        existing = await _describe_partitions(admin, names)
+        if all(name in existing for name in created):
+            return existing
+        if asyncio.get_running_loop().time() >= deadline:
+            return existing
+        await asyncio.sleep(0.1)
+
+
 async def _describe_cleanup(admin: AIOKafkaAdminClient, topic: str) -> str | None:
     responses = await admin.describe_configs(
         [ConfigResource(ConfigResourceType.TOPIC, topic, {"cleanup.policy": None})]
@@ -101,7 +116,7 @@ async def ensure_topics(
             await admin.create_topics(new)
         except TopicAlreadyExistsError:
             pass  # created concurrently: checked below like any existing topic
-        existing = await _describe_partitions(admin, list(wanted))
+        existing = await _wait_visible(admin, list(wanted), missing)
         reports.extend(TopicReport(name, "created") for name in missing if name in existing)
     for name, (partitions, configs) in wanted.items():
         if name in missing and name in existing:

@@ -299,3 +299,18 @@ def test_sweep_announces_expiry_once_and_forgets_past_retention():
     pair.committed(0)
     assert pair.store.get("t1") is None and pair.store.get("t2") is not None
     assert pair.open_interrupts == 0 and pair.thread_count == 1
+
+
+def test_an_oversized_rejected_request_is_referenced_not_copied():
+    pair, _ = make_pair()
+    f = Feed()
+    huge = answer()
+    huge["forwardedProps"] = {"blob": "x" * 600_000}
+    huge["threadId"] = 7  # malformed: rejected
+    pair.take("requests", [f.rec("requests", huge, 5)])
+    pair.set_fence(0)
+    pair.process(0, 0, 0)
+    (rejection,) = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.rejections"]
+    assert rejection["input"] is None and "inputOmitted" in rejection
+    assert rejection["source"] == {"topic": "agui.bot.requests", "partition": 0, "offset": 0}
+    assert len(pair.out[0].value) < 100_000
