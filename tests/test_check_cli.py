@@ -1,0 +1,292 @@
+"""`agui-gateway check`, run as the real command on temporary files.
+
+Exit status: 0 forward, 1 reject, 2 unreadable files. stdout carries exactly
+one JSON object (and nothing at all on exit 2, when stderr says why).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPT = Path(sys.executable).parent / "agui-gateway"
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "gateway"]
+
+THREAD = "thread-cli"
+NOW = "2025-06-01T12:00:00Z"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMMAND, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def write_events(path: Path, events: list[Any], blank_lines: bool = False) -> Path:
+    lines = [json.dumps(e) for e in events]
+    if blank_lines:
+        lines = ["", *[x for line in lines for x in (line, "   ", "")], "\t"]
+    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+    return path
+
+
+def interrupted_run(*interrupts: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"type": "RUN_STARTED", "threadId": THREAD, "runId": "run-1"},
+        {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "m"},
+        {
+            "type": "RUN_FINISHED",
+            "threadId": THREAD,
+            "runId": "run-1",
+            "outcome": {"type": "interrupt", "interrupts": list(interrupts)},
+        },
+    ]
+
+
+def resume_input(*entries: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "threadId": THREAD,
+        "runId": "run-2",
+        "messages": [{"id": "u-1", "role": "user", "content": "ok"}],
+        "resume": list(entries),
+        **extra,
+    }
+
+
+APPROVAL = {"id": "int-1", "reason": "tool_call", "toolCallId": "call-1"}
+
+
+@pytest.fixture
+def files(tmp_path: Path):
+    def make(events: list[Any], raw: Any, *, blank_lines: bool = False) -> tuple[str, str]:
+        events_path = write_events(tmp_path / "events.jsonl", events, blank_lines)
+        input_path = tmp_path / "input.json"
+        input_path.write_text(json.dumps(raw))
+        return str(events_path), str(input_path)
+
+    return make
+
+
+def check(events: str, raw: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run("check", "--events", events, "--input", raw, *extra)
+
+
+def document(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    parsed = json.loads(done.stdout)  # the whole of stdout is one JSON document
+    assert isinstance(parsed, dict)
+    return parsed
+
+
+# --- forward and reject ----------------------------------------------------------------------
+
+
+def test_forward_exits_0_with_one_json_object(files):
+    raw = resume_input(
+        {"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}},
+        forwardedProps={"keep": {"me": [1, None]}},
+    )
+    done = check(*files(interrupted_run(APPROVAL), raw), "--now", NOW)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    out = document(done)
+    assert set(out) == {"verdict", "reasons", "warnings", "input"}
+    assert out["verdict"] == "forward"
+    assert out["reasons"] == [] and out["warnings"] == []
+    assert out["input"] == raw
+
+
+def test_reject_exits_1_without_an_input(files):
+    second = {"id": "int-2", "reason": "input_required"}
+    raw = resume_input({"interruptId": "int-1", "status": "cancelled"})
+    done = check(*files(interrupted_run(APPROVAL, second), raw), "--now", NOW)
+    assert done.returncode == 1, done.stderr
+    out = document(done)
+    assert set(out) == {"verdict", "reasons", "warnings"}
+    assert out["verdict"] == "reject"
+    assert [(r["code"], r["interruptId"]) for r in out["reasons"]] == [
+        ("uncovered_interrupt", "int-2")
+    ]
+    assert all(r["detail"] for r in out["reasons"])
+
+
+def test_a_json_input_that_is_not_an_object_is_a_reject_not_an_error(files):
+    done = check(*files(interrupted_run(APPROVAL), [1, 2]), "--now", NOW)
+    assert done.returncode == 1
+    out = document(done)
+    assert [r["code"] for r in out["reasons"]] == ["malformed_input"]
+
+
+def test_event_warnings_are_reported_at_their_event(files):
+    events = [*interrupted_run(APPROVAL), {"type": "TEXT_MESSAGE_START", "messageId": "late"}]
+    raw = resume_input({"interruptId": "int-1", "status": "cancelled"})
+    done = check(*files(events, raw), "--now", NOW)
+    assert done.returncode == 0
+    [warning] = document(done)["warnings"]
+    assert (warning["code"], warning["rule"]) == ("protocol_violation", "event_after_close")
+    assert warning["path"] == "/events/4"
+    assert warning["detail"].startswith("event 4:")
+
+
+def test_a_forwarded_input_nested_deeper_than_orjson_writes_is_still_printed(files):
+    deep: Any = []
+    for _ in range(300):
+        deep = [deep]
+    raw = resume_input({"interruptId": "int-1", "status": "resolved", "payload": deep})
+    done = check(*files(interrupted_run(APPROVAL), raw), "--now", NOW)
+    assert done.returncode == 0, done.stderr
+    assert document(done)["input"] == raw
+
+
+# --- --now, --strict -------------------------------------------------------------------------
+
+
+def test_now_is_honoured(files):
+    expiring = {**APPROVAL, "expiresAt": NOW}
+    raw = resume_input({"interruptId": "int-1", "status": "resolved"})
+    paths = files(interrupted_run(expiring), raw)
+    before = check(*paths, "--now", "2025-06-01T11:59:59.999Z")
+    assert before.returncode == 0
+    at = check(*paths, "--now", NOW)
+    assert at.returncode == 1
+    assert [r["code"] for r in document(at)["reasons"]] == ["expired_interrupt"]
+    offset = check(*paths, "--now", "2025-06-01T14:00:00+02:00")  # the same instant
+    assert offset.returncode == 1
+
+
+def test_without_now_the_real_clock_is_used(files):
+    raw = resume_input({"interruptId": "int-1", "status": "resolved"})
+    past = {**APPROVAL, "expiresAt": "2001-01-01T00:00:00Z"}
+    future = {**APPROVAL, "expiresAt": "2999-01-01T00:00:00Z"}
+    assert check(*files(interrupted_run(past), raw)).returncode == 1
+    assert check(*files(interrupted_run(future), raw)).returncode == 0
+
+
+def test_strict_is_honoured(files):
+    raw = resume_input(
+        {"interruptId": "int-1", "status": "cancelled"},
+        {"interruptId": "int-ghost", "status": "resolved"},
+    )
+    paths = files(interrupted_run(APPROVAL), raw)
+    lenient = check(*paths, "--now", NOW)
+    assert lenient.returncode == 0
+    out = document(lenient)
+    assert [w["code"] for w in out["warnings"]] == ["unrecognised_entry"]
+    assert [e["interruptId"] for e in out["input"]["resume"]] == ["int-1"]
+    strict = check(*paths, "--now", NOW, "--strict")
+    assert strict.returncode == 1
+    assert [(r["code"], r["path"]) for r in document(strict)["reasons"]] == [
+        ("unrecognised_entry", "/resume/1")
+    ]
+
+
+# --- the events file -------------------------------------------------------------------------
+
+
+def test_an_empty_events_file_is_an_unknown_thread(files):
+    raw = resume_input({"interruptId": "anything", "status": "resolved", "payload": 1})
+    paths = files([], raw)
+    assert Path(paths[0]).read_text() == ""
+    lenient = check(*paths, "--now", NOW)
+    assert lenient.returncode == 0
+    out = document(lenient)
+    assert [w["code"] for w in out["warnings"]] == ["thread_unknown"]
+    assert out["input"] == raw
+    strict = check(*paths, "--now", NOW, "--strict")
+    assert strict.returncode == 1
+    assert [r["code"] for r in document(strict)["reasons"]] == ["thread_unknown"]
+
+
+def test_blank_lines_in_events_are_ignored(files):
+    raw = resume_input({"interruptId": "int-2", "status": "cancelled"})
+    second = {"id": "int-2", "reason": "input_required"}
+    plain = check(*files(interrupted_run(APPROVAL, second), raw), "--now", NOW)
+    spaced = check(*files(interrupted_run(APPROVAL, second), raw, blank_lines=True), "--now", NOW)
+    assert plain.returncode == spaced.returncode == 1
+    assert document(spaced) == document(plain)
+    assert [r["interruptId"] for r in document(spaced)["reasons"]] == ["int-1"]
+
+
+# --- exit 2: the files cannot be read ----------------------------------------------------------
+
+
+def assert_unreadable(done: subprocess.CompletedProcess[str], *mentions: str) -> None:
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("agui-gateway check: ")
+    assert "Traceback" not in done.stderr
+    for text in mentions:
+        assert text in done.stderr
+
+
+def test_a_missing_events_file(tmp_path, files):
+    _, raw = files([], resume_input())
+    missing = tmp_path / "nope.jsonl"
+    assert_unreadable(check(str(missing), raw, "--now", NOW), str(missing))
+
+
+def test_a_missing_input_file(tmp_path, files):
+    events, _ = files([], resume_input())
+    missing = tmp_path / "nope.json"
+    assert_unreadable(check(events, str(missing), "--now", NOW), str(missing))
+
+
+def test_a_directory_is_not_readable_as_a_file(tmp_path, files):
+    events, raw = files([], resume_input())
+    assert_unreadable(check(str(tmp_path), raw, "--now", NOW), str(tmp_path))
+    assert_unreadable(check(events, str(tmp_path), "--now", NOW), str(tmp_path))
+
+
+def test_a_non_json_events_line_names_the_line(tmp_path, files):
+    events, raw = files(interrupted_run(APPROVAL), resume_input())
+    lines = Path(events).read_text().splitlines()
+    lines.insert(2, '{"type": "TEXT_MESSAGE_CONTENT", broken')
+    Path(events).write_text("\n".join(lines) + "\n")
+    assert_unreadable(check(events, raw, "--now", NOW), f"{events}:3")
+
+
+@pytest.mark.parametrize("body", ["", "{not json", '{"threadId": "t"} trailing', "\xff\xfe"])
+def test_an_input_file_that_is_not_json(tmp_path, files, body):
+    events, raw = files([], resume_input())
+    Path(raw).write_bytes(body.encode("latin-1"))
+    assert_unreadable(check(events, raw, "--now", NOW), raw)
+
+
+def test_an_unreadable_now(files):
+    assert_unreadable(check(*files([], resume_input()), "--now", "half past noon"), "--now")
+
+
+# --- the command itself ----------------------------------------------------------------------
+
+
+def test_help_lists_check():
+    done = run("--help")
+    assert done.returncode == 0
+    assert "check" in done.stdout
+    sub = run("check", "--help")
+    assert sub.returncode == 0
+    for option in ("--events", "--input", "--now", "--strict"):
+        assert option in sub.stdout
+
+
+def test_missing_arguments_are_a_usage_error():
+    done = run("check", "--events", "x.jsonl")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "--input" in done.stderr
+
+
+def test_the_module_entry_point_is_the_same_command(files):
+    raw = resume_input({"interruptId": "int-1", "status": "cancelled"})
+    events, input_path = files(interrupted_run(APPROVAL), raw)
+    args = ["check", "--events", events, "--input", input_path, "--now", NOW]
+    via_module = subprocess.run(
+        [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=60
+    )
+    assert via_module.returncode == 0, via_module.stderr
+    assert json.loads(via_module.stdout) == document(run(*args))
