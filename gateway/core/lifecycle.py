@@ -373,7 +373,8 @@ def _subagent_ended(step: _Step) -> None:
             path="/subagentRunId",
         )
     suspended.pop(sub, None)
-    outcome = getattr(model, "outcome", None)
+    # SUBAGENT_ERROR has no outcome: an `outcome` member there is an unknown extra
+    outcome = model.outcome if isinstance(model, SubagentFinishedEvent) else None
     if outcome is not None and outcome.type == "suspended":
         suspended[sub] = SuspendedSubagent(sub, tuple(outcome.interrupt_ids or ()))
     step.set(
