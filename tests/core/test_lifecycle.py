@@ -513,6 +513,16 @@ def test_a_suspended_invocation_is_continued_in_a_later_run():
     assert violations(outcomes) == []  # finishing a suspended invocation is no violation
 
 
+@pytest.mark.parametrize("outcome", [[], "suspended", {"type": "suspended", "interruptIds": ["x"]}])
+def test_an_outcome_on_subagent_error_is_not_a_suspension(outcome):
+    error = {**subagent_error("sub-1"), "outcome": outcome}
+    state, outcomes = replay([run_started(), subagent_started("sub-1"), error])
+    assert state is not None
+    assert state.open_subagents == ()
+    assert state.suspended == ()
+    assert violations(outcomes) == []
+
+
 def test_run_error_ends_every_open_invocation():
     state = state_of(run_started(), subagent_started("sub-1"), run_error())
     assert state.open_subagents == ()
