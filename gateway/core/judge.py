@@ -134,7 +134,7 @@ def judge(
         )
     strip: list[Path] = list(shape.unknown)
     for path in shape.unknown:
-        where = pointer(*path)
+        where = pointer(*shape.original(path))
         found.warn(Warn.UNKNOWN_MEMBER_STRIPPED, f"unknown member {where} stripped", path=where)
 
     entries = model.resume or []

@@ -222,6 +222,17 @@ def _finish(step: _Step) -> None:
         )
         _close_failed(step)
         return
+    if isinstance(outcome, dict) and outcome_type == "success" and "interrupts" in outcome:
+        # The success outcome is closed: interrupts on it are a contradiction the
+        # schema rejects, so the RUN_FINISHED is malformed.
+        step.violation(
+            Rule.MALFORMED_EVENT,
+            "RUN_FINISHED has the success outcome carrying interrupts; an interrupted run "
+            "must end with the interrupt outcome. The run is failed",
+            path="/outcome/interrupts",
+        )
+        _close_failed(step)
+        return
     model = _model(step, RunFinishedEvent, event)
     if model is None:
         _close_failed(step)  # a malformed RUN_FINISHED fails the run

@@ -28,12 +28,34 @@ class Shape:
     model: RunAgentInput | None = None
     malformed: list[tuple[str, str]] = field(default_factory=list)  # (pointer, message)
     unknown: list[Path] = field(default_factory=list)  # unknown members, in `doc`
-    stripped_unions: list[tuple[Path, str]] = field(default_factory=list)
+    stripped_unions: list[tuple[Path, str]] = field(default_factory=list)  # in the raw input
     doc: dict[str, Any] | None = None  # the input with unrecognised union members removed
+    removed: list[Path] = field(default_factory=list)  # union members removed, raw coordinates
+
+    def original(self, path: Path) -> Path:
+        """Where a path into `doc` points in the raw input (list positions shift back)."""
+        out: list[str | int] = []
+        for part in path:
+            if isinstance(part, int):
+                prefix = tuple(out)
+                for gone in sorted(
+                    r[-1]
+                    for r in self.removed
+                    if len(r) == len(prefix) + 1 and r[:-1] == prefix and isinstance(r[-1], int)
+                ):
+                    if gone <= part:
+                        part += 1
+            out.append(part)
+        return tuple(out)
 
 
 def read_input(raw: dict[str, Any]) -> Shape:
-    """Validate `raw` against the protocol's RunAgentInput, strictly, by wire names."""
+    """Validate `raw` against the protocol's RunAgentInput, strictly, by wire names.
+
+    Elements whose union tag is unrecognised (a message `role`, a content part
+    `type` the protocol does not define) are removed and the rest validated
+    again; what then still fails is malformed.
+    """
     shape = Shape()
     doc = raw
     for _ in range(MAX_UNION_STRIPS):
@@ -41,14 +63,21 @@ def read_input(raw: dict[str, Any]) -> Shape:
             model = RunAgentInput.model_validate(doc, strict=True, by_alias=True, by_name=False)
         except ValidationError as exc:
             errors = exc.errors()
-            tags = [e for e in errors if e["type"] == "union_tag_invalid"]
-            if tags and len(tags) == len(errors):
-                path = _raw_path(doc, tags[0]["loc"])
-                if path:
-                    shape.stripped_unions.append((path, tags[0]["msg"]))
-                    doc = remove_paths(doc, [path])
-                    continue
-            shape.malformed = [_malformed(doc, e) for e in errors]
+            tags: dict[Path, str] = {}
+            for error in errors:
+                if error["type"] == "union_tag_invalid":
+                    path = _raw_path(doc, error["loc"])
+                    if path:
+                        tags.setdefault(path, error["msg"])
+            if tags:
+                originals = [(shape.original(path), message) for path, message in tags.items()]
+                shape.stripped_unions.extend(originals)
+                shape.removed.extend(path for path, _ in originals)
+                doc = remove_paths(doc, list(tags))
+                continue
+            shape.malformed = _merged(
+                (pointer(*shape.original(_error_path(doc, e))), e["msg"]) for e in errors
+            )
             return shape
         shape.model = model
         shape.doc = doc
@@ -58,18 +87,27 @@ def read_input(raw: dict[str, Any]) -> Shape:
     return shape
 
 
-def _malformed(doc: Any, error: Any) -> tuple[str, str]:
-    where = error_pointer(doc, error)
-    return where, f"{where or '/'}: {error['msg']}"
+def _merged(found: Any) -> list[tuple[str, str]]:
+    """One finding per location: a union's alternatives failing at one place are one problem."""
+    by_where: dict[str, list[str]] = {}
+    for where, message in found:
+        messages = by_where.setdefault(where, [])
+        if message not in messages:
+            messages.append(message)
+    return [(where, f"{where or '/'}: {'; or '.join(ms)}") for where, ms in by_where.items()]
 
 
 def error_pointer(doc: Any, error: Any) -> str:
     """The JSON Pointer into `doc` of one pydantic validation error."""
+    return pointer(*_error_path(doc, error))
+
+
+def _error_path(doc: Any, error: Any) -> Path:
     loc = error["loc"]
     path = _raw_path(doc, loc)
     if error["type"] == "missing" and loc:
         path = (*path, loc[-1])
-    return pointer(*path)
+    return path
 
 
 def _raw_path(doc: Any, loc: tuple[Any, ...]) -> Path:

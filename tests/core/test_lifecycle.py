@@ -533,3 +533,24 @@ def test_every_status_has_a_step_for_every_event_kind():
     stateful = [k for k in EventKind if k not in (EventKind.UNKNOWN, EventKind.UNTYPED)]
     for status in RunStatus:
         assert set(lifecycle_module.TRANSITIONS[status]) == set(stateful), status
+
+
+def test_success_outcome_carrying_interrupts_is_malformed_and_fails_the_run():
+    from gateway.core import apply_event
+
+    state = apply_event(None, "t", {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}, 1).state
+    out = apply_event(
+        state,
+        "t",
+        {
+            "type": "RUN_FINISHED",
+            "threadId": "t",
+            "runId": "r",
+            "outcome": {"type": "success", "interrupts": [{"id": "a", "reason": "tool_call"}]},
+        },
+        2,
+    )
+    assert out.state.status == "failed" and out.state.interrupts == ()
+    assert [(w.code, w.rule, w.path) for w in out.warnings] == [
+        ("protocol_violation", "malformed_event", "/outcome/interrupts")
+    ]

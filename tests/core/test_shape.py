@@ -58,7 +58,8 @@ def test_an_unrecognised_union_member_is_stripped_not_malformed():
     ]
     shape = read_input(raw)
     assert shape.malformed == []
-    assert [path for path, _ in shape.stripped_unions] == [("messages", 0), ("messages", 1)]
+    # paths point into the raw input
+    assert [path for path, _ in shape.stripped_unions] == [("messages", 0), ("messages", 2)]
     assert shape.doc is not None
     assert shape.doc["messages"] == [{"id": "m-1", "role": "user", "content": "hi"}]
     assert len(raw["messages"]) == 3  # the raw input is untouched
@@ -112,3 +113,10 @@ def test_removing_a_member_and_its_parent_removes_the_parent():
 def test_paths_that_do_not_exist_are_ignored():
     doc = {"a": [1], "b": {"c": 1}}
     assert remove_paths(doc, [("z",), ("a", 5), ("b", "q", "r"), ("a", 0, "x")]) == doc
+
+
+def test_alternatives_failing_at_one_location_are_one_malformed_finding():
+    raw = run_input()
+    raw["messages"] = [{"id": "m", "role": "user", "content": 7}]
+    shape = read_input(raw)
+    assert [where for where, _ in shape.malformed] == ["/messages/0/content"]
