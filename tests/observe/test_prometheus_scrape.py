@@ -4,7 +4,7 @@ Prometheus is Debian's `prometheus` package (`deploy/prometheus.sh ensure`), run
 this test on a free loopback port with a generated config: scrape the gateway's
 /metrics every second, load deploy/prometheus/alerts.yml, evaluate every second.
 The dashboard's own expressions are sent to /api/v1/query with its variables
-filled in, and must return data.
+filled in: all must be accepted, the key ones must return data.
 """
 
 from __future__ import annotations
@@ -288,6 +288,14 @@ async def test_prometheus_scrapes_the_gateway_and_runs_dashboard_and_alerts(
         assert finite(throughput)[0] > 0
 
         assert finite(panel("Decision latency"))  # p50 over all requests
+
+        # every expression of the dashboard (panels and variables) is valid PromQL
+        for where, expr in promql.dashboard_expressions(promql.load_dashboard()):
+            filled = fill_variables(expr, AGENT)
+            try:
+                prom.query(filled)
+            except AssertionError as exc:
+                raise AssertionError(f"{where}: Prometheus refused {filled!r}: {exc}") from None
 
         # the alert rules: loaded, evaluated without errors, and one fires
         groups = prom.api("/api/v1/rules")["groups"]
