@@ -1,0 +1,148 @@
+"""`agui-gateway demo`: its scenarios against the core, and end to end on the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gateway.core import Policy, apply_event, judge
+from gateway.demo.console import FINAL_MARKER
+from gateway.demo.runs import plan_run
+from gateway.demo.scenarios import SCENARIOS, Interrupted
+from tests.integration.support import REPO_ROOT, Namespace, collect
+
+GATEWAY_BIN = Path(sys.executable).with_name("agui-gateway")
+DURATION_S = 20
+RUN_TIMEOUT_S = 75
+
+
+def field(summary: str, name: str) -> str:
+    match = re.search(rf"^\s*{re.escape(name)}\s+(.*?)\s*$", summary, re.MULTILINE)
+    assert match, f"no {name!r} line in the final summary:\n{summary}"
+    return match.group(1)
+
+
+def pairs(text: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", text)}
+
+
+def fetch(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status, response.read().decode()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_every_scenario_gets_the_verdict_it_expects_from_the_core(strict: bool) -> None:
+    """The clients count a verdict as unexpected: the expectations must be the core's own."""
+    rng = random.Random(20240611)
+    judged: dict[str, int] = {}
+    for n in range(400):
+        thread, run = f"thread-{n}", f"run-{n}"
+        plan = plan_run(rng, thread, run, depth=0)
+        if plan.outcome != "interrupt":
+            continue
+        now = time.time()
+        state = None
+        for event in plan.events:
+            state = apply_event(state, thread, event, int(now * 1000)).state
+        assert state is not None and len(state.interrupts) == len(plan.interrupts)
+        for name, (_, build) in SCENARIOS.items():
+            sends = build(Interrupted(thread, run, plan.interrupts), rng, now, strict)
+            if sends is None:
+                continue
+            judged[name] = judged.get(name, 0) + 1
+            current = state
+            for send in sends:
+                at_ms = int((send.not_before or now) * 1000)
+                try:
+                    raw = orjson.loads(send.body)
+                except orjson.JSONDecodeError:  # the gateway rejects it before judging
+                    verdict, codes = "reject", {"malformed_input"}
+                else:
+                    decision, new = judge(current, raw, at_ms, Policy(strict=strict), thread)
+                    verdict = str(decision.verdict)
+                    codes = {r.code for r in decision.reasons}
+                    current = new if new is not None else current
+                assert (verdict, codes) == (send.expect, set(send.reasons)), (name, send)
+                assert send.answers == (verdict == "forward"), (name, send)
+    assert set(judged) == set(SCENARIOS), judged
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(150)
+async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
+    kafka_bootstrap: str, unique_name
+) -> None:
+    ns = Namespace(kafka_bootstrap)
+    agent = unique_name("demo")[:20]
+    argv = ["demo", "--agent", agent, "--duration", str(DURATION_S), "--rate", "10"]
+    proc = await asyncio.create_subprocess_exec(
+        str(GATEWAY_BIN),
+        *argv,
+        env=ns.env(http_port=0),
+        cwd=str(REPO_ROOT),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    stderr = asyncio.create_task(proc.stderr.read())
+    lines: list[str] = []
+    metrics_seen: tuple[int, str] | None = None
+    try:
+        async with asyncio.timeout(RUN_TIMEOUT_S):
+            while line := (await proc.stdout.readline()).decode():
+                lines.append(line)
+                # the first periodic summary: traffic flows, so /metrics must show it
+                if metrics_seen is None and line.startswith("  forwarded"):
+                    url = re.search(r"http://\S+/metrics", "".join(lines))
+                    assert url, "".join(lines)
+                    metrics_seen = await asyncio.to_thread(fetch, url.group(0))
+            err = (await stderr).decode()
+            returncode = await proc.wait()
+    finally:
+        stderr.cancel()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    out = "".join(lines)
+    assert returncode == 0, f"exit {returncode}\nstdout:\n{out}\nstderr:\n{err}"
+    assert err == "", err
+
+    assert metrics_seen is not None, out
+    status, body = metrics_seen
+    assert status == 200
+    assert f'agui_gateway_events_total{{agent="{agent}"' in body
+
+    assert out.count(FINAL_MARKER) == 1, out
+    summary = out.split(FINAL_MARKER, 1)[1]
+    forwarded = int(field(summary, "forwarded"))
+    rejected = int(field(summary, "rejected"))
+    duplicates = int(field(summary, "duplicates"))
+    reasons = pairs(field(summary, "rejected by reason"))
+    assert forwarded > 0, summary
+    assert duplicates > 0, summary
+    for reason in ("uncovered_interrupt", "payload_schema_mismatch", "malformed_input"):
+        assert reasons.get(reason, 0) > 0, (reason, summary)
+    assert len([r for r in reasons.values() if r > 0]) >= 4, summary
+    assert rejected <= sum(reasons.values()), summary
+    # every simulated request got the verdict and reasons its scenario called for
+    assert field(summary, "unexpected verdicts") == "0", summary
+    assert int(field(summary, "conversations started")) >= DURATION_S * 10 * 0.8, summary
+
+    # the gateway's metrics agree with what it committed to Kafka
+    run_requests = await collect(
+        ns.bootstrap, ns.run_requests(agent), count=forwarded, timeout=20, settle=2.0
+    )
+    assert len(run_requests) == forwarded
+    for record in run_requests:  # keyed by threadId, as the agents consume them
+        assert orjson.loads(record.value)["threadId"] == record.key.decode()
+    rejections = await collect(ns.bootstrap, ns.rejections, count=rejected, timeout=20, settle=1.0)
+    assert len(rejections) == rejected
