@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from gateway.http import HttpServer
 from gateway.kafka.runner import Gateway
@@ -20,6 +20,8 @@ log = logging.getLogger("gateway.service")
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     stop = stop or asyncio.Event()
     registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
     gateway = Gateway(settings, Metrics(registry))
     http = HttpServer(settings.http_host, settings.http_port, registry, gateway.ready)
     loop = asyncio.get_running_loop()

@@ -6,6 +6,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
 
+# Prometheus and promtool (Debian's package) for the observability tests.
+deploy/prometheus.sh ensure
+
 export KAFKA_PORT="${KAFKA_PORT:-19092}"
 started=0
 if ! deploy/kafka.sh status >/dev/null 2>&1; then

@@ -98,6 +98,10 @@ class Gateway:
         self._assigned_once = False
         self._last_sweep = 0.0
         self._last_lag = 0.0
+        self._gauged_agents: set[str] = set()
+        self._refused_gauged: set[str] = set()
+        self._lag_gauged: set[TopicPartition] = set()
+        metrics.prime_transactions()
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -290,18 +294,33 @@ class Gateway:
                 await self.consumer.seek_to_beginning(tp)
 
     def _gauges(self) -> None:
-        threads: dict[str, int] = {}
-        open_: dict[str, int] = {}
+        """Per-agent gauges from the pairs this instance holds now (zero once none are left)."""
+        threads: dict[str, int] = dict.fromkeys(self._gauged_agents, 0)
+        open_: dict[str, int] = dict.fromkeys(self._gauged_agents, 0)
+        restoring = 0
         for (agent, _), slot in self.slots.items():
             threads[agent] = threads.get(agent, 0) + slot.pair.thread_count
             open_[agent] = open_.get(agent, 0) + slot.pair.open_interrupts
+            restoring += not slot.ready and agent not in self.refused
         for agent, count in threads.items():
             self.metrics.threads.labels(agent).set(count)
             self.metrics.interrupts_open.labels(agent).set(open_[agent])
+        self._gauged_agents = set(threads)
+        self.metrics.pairs_restoring.set(restoring)
+        for agent in self._refused_gauged - set(self.refused):
+            self.metrics.agent_refused.remove(agent)
+        for agent in self.refused:
+            self.metrics.agent_refused.labels(agent).set(1)
+        self._refused_gauged = set(self.refused)
 
     async def _lag(self) -> None:
         assert self.consumer is not None
-        for tp in list(self.consumer.assignment()):
+        assigned = set(self.consumer.assignment())
+        for tp in self._lag_gauged - assigned:
+            with contextlib.suppress(KeyError):
+                self.metrics.consumer_lag.remove(tp.topic, str(tp.partition))
+        self._lag_gauged = assigned
+        for tp in assigned:
             high = self.consumer.highwater(tp)
             if high is None:
                 continue
@@ -421,6 +440,7 @@ class Gateway:
                         refused[agent] = why
                         self.refused[agent] = why
                         log.error(why, extra={"agent": agent})
+                        self._gauges()
                 if agent in refused:
                     todo.pop(0)
                     continue
@@ -453,6 +473,10 @@ class Gateway:
                 enable_idempotence=True,
                 transaction_timeout_ms=self.settings.transaction_timeout_ms,
                 linger_ms=2,
+                # Brokers that verify transactional partitions (KIP-890) answer the first
+                # write of a transaction from aiokafka's older produce version with a
+                # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
+                retry_backoff_ms=10,
                 **self._common(),
             )
             await producer.start()  # initialises the transactional id: fences zombies
@@ -470,6 +494,7 @@ class Gateway:
         for tp in slot.tps():
             if tp in slot.committed and tp in assignment:
                 self.consumer.seek(tp, slot.committed[tp])
+        self.metrics.prime_agent(pair.agent)
         slot.ready = True
         live = [tp for tp in slot.tps() if tp in assignment]
         if live:
@@ -557,6 +582,7 @@ class Gateway:
         for tp in slot.tps():
             self.by_tp.pop(tp, None)
         await self._close_producer(slot)
+        self._gauges()
 
     async def _close_producer(self, slot: PairSlot) -> None:
         if slot.producer is not None:

@@ -130,5 +130,37 @@ class Metrics:
             "Requests judged after waiting merge_max_wait_ms for a lagging events side.",
             ("agent",),
         )
+        self.pairs_restoring = gauge(
+            "pairs_restoring", "Assigned partition pairs not yet restored and consuming."
+        )
+        self.agent_refused = gauge(
+            "agent_refused",
+            "1 for an agent refused (mismatched partitions, changelog).",
+            ("agent",),
+        )
         self.build_info = Info(PREFIX + "build", "Gateway version.", registry=registry)
         self.build_info.info({"version": __version__})
+
+    def prime_transactions(self) -> None:
+        """Create the transaction series at zero, so rate() sees their first increment."""
+        for result in ("committed", "aborted", "fenced"):
+            self.transactions.labels(result)
+
+    def prime_agent(self, agent: str) -> None:
+        """Create an agent's bounded series at zero when it is first served."""
+        from gateway.core.codes import Reason, Verdict, Warn
+
+        for verdict in Verdict:
+            self.requests.labels(agent, str(verdict))
+        for reason in Reason:
+            self.rejections.labels(agent, str(reason))
+        for code in Warn:
+            self.warnings.labels(agent, str(code))
+        for counter in (
+            self.unrecognised_entries,
+            self.uncovered_interrupts,
+            self.expired_answers,
+            self.interrupts_expired,
+            self.merge_wait_expired,
+        ):
+            counter.labels(agent)

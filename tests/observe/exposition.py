@@ -48,5 +48,7 @@ def stable_view(samples: Samples) -> Samples:
     return {
         key: value
         for key, value in samples.items()
-        if not key[0].endswith("_created") and key[0] != "agui_gateway_consumer_lag"
+        if key[0].startswith("agui_gateway_")  # process_* and python_* keep changing
+        and not key[0].endswith("_created")
+        and key[0] != "agui_gateway_consumer_lag"
     }

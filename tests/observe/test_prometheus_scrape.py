@@ -266,11 +266,12 @@ async def test_prometheus_scrapes_the_gateway_and_runs_dashboard_and_alerts(
             return rates if rates.get("forward", 0) > 0 and rates.get("reject", 0) > 0 else None
 
         rates = await wait_for(verdict_rates, "request rates by verdict", prom)
-        assert set(rates) == {"forward", "reject"}
+        assert {verdict for verdict, rate in rates.items() if rate > 0} == {"forward", "reject"}
 
         reasons = panel("Rejections by reason")
-        assert [r["metric"]["reason"] for r in reasons] == ["uncovered_interrupt"]
-        assert finite(reasons) and finite(reasons)[0] > 0
+        nonzero = [r for r in reasons if float(r["value"][1]) > 0]  # series exist from zero
+        assert [r["metric"]["reason"] for r in nonzero] == ["uncovered_interrupt"]
+        assert finite(nonzero) and finite(nonzero)[0] > 0
 
         for index in range(3):  # p50, p90, p99
             quantiles = panel("Interrupt response latency by agent and reason", index)
