@@ -145,7 +145,7 @@ async def test_resume_right_after_run_finished_waits_for_lagging_events(ns, tmp_
         rejected = await collect(ns.bootstrap, ns.rejections, count=1, timeout=2)
         assert rejected == []
         metrics = await asyncio.to_thread(gw.metrics)
-        assert 'agui_gateway_merge_wait_expired_total{agent="ops"}' not in metrics
+        assert 'agui_gateway_merge_wait_expired_total{agent="ops"} 0.0' in metrics
     finally:
         await gw.stop()
 
@@ -243,6 +243,13 @@ async def test_mismatched_partition_counts_are_refused(ns, tmp_path, create_topi
             [("x", {"threadId": "x", "runId": "r", "messages": []})],
         )
         await asyncio.sleep(2)
-        assert 'agui_gateway_requests_total{agent="ops"' not in await asyncio.to_thread(gw.metrics)
+        decided = [
+            line
+            for line in (await asyncio.to_thread(gw.metrics)).splitlines()
+            if line.startswith('agui_gateway_requests_total{agent="ops"')
+            and not line.endswith(" 0.0")
+        ]
+        assert decided == []
+        assert 'agui_gateway_agent_refused{agent="ops"} 1.0' in await asyncio.to_thread(gw.metrics)
     finally:
         await gw.stop()
