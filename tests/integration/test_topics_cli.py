@@ -1,0 +1,49 @@
+"""`agui-gateway topics create` against the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.integration.support import GATEWAY_BIN, Namespace
+
+
+async def run(ns: Namespace, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        str(GATEWAY_BIN),
+        "topics",
+        "create",
+        *args,
+        env=ns.env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_create_is_idempotent_and_reports_what_it_cannot_fix(kafka_bootstrap, create_topics):
+    ns = Namespace(kafka_bootstrap)
+    code, out, _ = await run(ns, "--agent", "alpha", "--partitions", "2")
+    assert code == 0
+    assert sorted(line.split()[0] for line in out.splitlines()) == ["created"] * 6
+    code, out, _ = await run(ns, "--agent", "alpha", "--partitions", "2")
+    assert code == 0 and {line.split()[0] for line in out.splitlines()} == {"exists"}
+
+    await create_topics([ns.events("beta")], partitions=4)
+    code, out, err = await run(ns, "--agent", "beta", "--partitions", "2")
+    assert code == 1
+    assert f"mismatch {ns.events('beta')}  (has 4 partitions, expected 2)" in out
+    assert "cannot fix" in err
+    await create_topics([ns.changelog("gamma")], partitions=2)  # created with delete policy
+    code, out, _ = await run(ns, "--agent", "gamma", "--partitions", "2")
+    assert code == 1 and "cleanup.policy is delete, expected compact" in out
+
+
+async def test_invalid_agent_name_and_unreachable_kafka_are_clear_errors(kafka_bootstrap):
+    ns = Namespace(kafka_bootstrap)
+    code, _, err = await run(ns, "--agent", "no spaces", "--partitions", "1")
+    assert code == 2 and "not a valid agent name" in err
+    ns.bootstrap = "127.0.0.1:1"
+    code, _, err = await run(ns, "--agent", "ok", "--partitions", "1")
+    assert code == 2 and "cannot reach Kafka" in err
