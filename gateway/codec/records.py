@@ -22,11 +22,15 @@ class InRecord:
     partition: int
     offset: int
     timestamp: int  # epoch ms
-    log_append_time: bool
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime (as aiokafka's ConsumerRecord)
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
     received: float = 0.0  # monotonic seconds when consumed
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.timestamp_type == TIMESTAMP_LOG_APPEND
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers:
@@ -38,7 +42,26 @@ class InRecord:
         return None
 
     def source(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
+        return source_of(self)
+
+
+def source_of(record: Any) -> dict[str, Any]:
+    """Where a consumed record (an InRecord or aiokafka's ConsumerRecord) came from."""
+    return {"topic": record.topic, "partition": record.partition, "offset": record.offset}
+
+
+def from_consumer(record: Any, received: float) -> InRecord:
+    return InRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp,
+        record.timestamp_type,
+        record.key,
+        record.value,
+        tuple(record.headers or ()),
+        received,
+    )
 
 
 @dataclass(slots=True)

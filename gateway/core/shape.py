@@ -10,7 +10,8 @@ are typed `Any`/dict by the protocol's models and so are never walked into.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import Any, get_args
 
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel, ValidationError
@@ -127,19 +128,35 @@ def _raw_path(doc: Any, loc: tuple[Any, ...]) -> Path:
 def _unknown_members(model: BaseModel, raw: Any, at: Path, out: list[Path]) -> None:
     if not isinstance(raw, dict):
         return
-    if model.__pydantic_extra__:
-        out.extend((*at, key) for key in model.__pydantic_extra__)
-    for name, info in type(model).model_fields.items():
+    extra = model.__pydantic_extra__
+    if extra:
+        out.extend((*at, key) for key in extra)
+    for name, key in _nested_fields(type(model)):
         value = getattr(model, name)
-        key = info.alias or name
         if isinstance(value, BaseModel):
             _unknown_members(value, raw.get(key), (*at, key), out)
-        elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
+        elif isinstance(value, list) and value:
             items = raw.get(key)
             if isinstance(items, list):
                 for index, (item, raw_item) in enumerate(zip(value, items, strict=False)):
                     if isinstance(item, BaseModel):
                         _unknown_members(item, raw_item, (*at, key, index), out)
+
+
+@cache
+def _nested_fields(cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """(attribute, wire name) of the fields whose type can hold a model: the only ones walked."""
+    return tuple(
+        (name, info.alias or name)
+        for name, info in cls.model_fields.items()
+        if _holds_model(info.annotation)
+    )
+
+
+def _holds_model(annotation: Any) -> bool:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_holds_model(arg) for arg in get_args(annotation))
 
 
 def remove_paths(doc: dict[str, Any], paths: list[Path]) -> dict[str, Any]:

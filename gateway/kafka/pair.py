@@ -24,8 +24,10 @@ from gateway.codec.records import (
     Undecodable,
     decode_json,
     dumps,
+    from_consumer,
     original_input,
     peek_type,
+    source_of,
 )
 from gateway.core import (
     Change,
@@ -40,7 +42,7 @@ from gateway.core import (
     apply_event,
     judge,
 )
-from gateway.core.classify import EventKind, classify
+from gateway.core.classify import KNOWN_TYPES, EventKind, classify
 from gateway.core.findings import Finding
 from gateway.core.sweep import expire_due
 from gateway.kafka.topics import LEGAL_TOPIC, AgentTopics
@@ -50,6 +52,11 @@ from gateway.state.retention import Retention
 from gateway.state.store import ThreadStore
 
 log = logging.getLogger("gateway.pair")
+
+# Streaming event types by their bytes as they follow `{"type":"` in a record:
+# the hot path counts them without parsing when their thread's run is active.
+_STREAM_TYPES = {t.encode(): t for t in KNOWN_TYPES if classify(t) is EventKind.STREAM}
+_TYPE_PREFIX = b'{"type":"'
 
 # A rejection carries the original request up to this size; a larger one is
 # referenced by `source` instead, so the record always fits the topic's limit.
@@ -96,7 +103,8 @@ class PartitionPair:
         self.limiter = limiter
         self.topic_exists = topic_exists
         self.store = ThreadStore()
-        self.events: deque[InRecord] = deque()
+        self.events: deque[Any] = deque()  # ConsumerRecord or InRecord: same attributes
+        self._active: set[bytes] = set()  # keys of threads whose run is active
         self.requests: deque[InRecord] = deque()
         self.fence: Fence | None = None
         self.waiting_since: float | None = None
@@ -115,8 +123,23 @@ class PartitionPair:
 
     # --- intake ------------------------------------------------------------------------
 
-    def take(self, side: str, records: list[InRecord]) -> None:
-        (self.events if side == "events" else self.requests).extend(records)
+    def take(self, side: str, records: list[Any], received: float = 0.0) -> None:
+        """Buffer consumed records (aiokafka ConsumerRecords or InRecords) of one side."""
+        if side == "events":
+            self.events.extend(records)
+        else:
+            self.requests.extend(
+                r if isinstance(r, InRecord) else from_consumer(r, received) for r in records
+            )
+
+    def load_store(self, store: ThreadStore) -> None:
+        """Take a restored store."""
+        self.store = store
+        self.thread_count = len(store)
+        self.open_interrupts = store.open_interrupts()
+        self._active = {
+            s.thread_id.encode() for s in store.committed() if s.status is RunStatus.ACTIVE
+        }
 
     def needs_fence(self) -> bool:
         if not self.requests:
@@ -138,6 +161,8 @@ class PartitionPair:
     def process(self, events_position: int | None, mono_now: float, wall_ms: int) -> None:
         """Consume buffered records in timestamp order, as far as the fence allows."""
         events, requests = self.events, self.requests
+        if not requests and events:
+            self._apply_all(events)
         while events or requests:
             if requests and (not events or requests[0].timestamp < events[0].timestamp):
                 head = requests[0]
@@ -171,7 +196,24 @@ class PartitionPair:
 
     # --- events ---------------------------------------------------------------------------
 
-    def _apply(self, record: InRecord) -> None:
+    def _apply_all(self, events: deque[Any]) -> None:
+        """Apply every buffered event: deltas of active runs are only counted."""
+        counts = self._event_counts
+        active = self._active
+        stream = _STREAM_TYPES
+        prefix = _TYPE_PREFIX
+        for record in events:
+            value = record.value
+            if value is not None and value.startswith(prefix) and record.key in active:
+                name = stream.get(value[9 : value.find(b'"', 9, 80)])
+                if name is not None:
+                    counts[name] += 1
+                    continue
+            self._apply(record)
+        self.next_offsets["events"] = events[-1].offset + 1
+        events.clear()
+
+    def _apply(self, record: Any) -> None:
         self.next_offsets["events"] = record.offset + 1
         thread_id = _thread_of(record)
         peeked = peek_type(record.value)
@@ -357,7 +399,7 @@ class PartitionPair:
     # --- warnings -------------------------------------------------------------------------
 
     def _violation(
-        self, record: InRecord, thread_id: str | None, run_id: str | None, rule: Rule, detail: str
+        self, record: Any, thread_id: str | None, run_id: str | None, rule: Rule, detail: str
     ) -> None:
         self._warn(
             Finding(str(Warn.PROTOCOL_VIOLATION), detail, rule=str(rule)), record, thread_id, run_id
@@ -366,7 +408,7 @@ class PartitionPair:
     def _warn(
         self,
         warning: Finding,
-        record: InRecord | None,
+        record: Any,
         thread_id: str | None,
         run_id: str | None,
         now_ms: int | None = None,
@@ -392,7 +434,7 @@ class PartitionPair:
             "at": iso(at),
         }
         if record is not None:
-            body["source"] = record.source()
+            body["source"] = source_of(record)
         if suppressed:
             body["suppressed"] = suppressed
         key = thread_id.encode() if thread_id is not None else None
@@ -405,11 +447,16 @@ class PartitionPair:
         self._open_delta += len(new.interrupts) - (len(old.interrupts) if old else 0)
         if old is None:
             self._thread_delta += 1
+        if new.status is RunStatus.ACTIVE:
+            self._active.add(new.thread_id.encode())
+        elif old is not None and old.status is RunStatus.ACTIVE:
+            self._active.discard(new.thread_id.encode())
         self.store.put(new)
 
     def _delete(self, old: ThreadState) -> None:
         self._open_delta -= len(old.interrupts)
         self._thread_delta -= 1
+        self._active.discard(old.thread_id.encode())
         self.store.delete(old.thread_id)
 
     def _defer(self, update: Callable[[], None]) -> None:
@@ -442,6 +489,9 @@ class PartitionPair:
     def aborted(self) -> None:
         """The round's transaction aborted: forget everything it decided."""
         self.store.rollback()
+        self._active = {
+            s.thread_id.encode() for s in self.store.committed() if s.status is RunStatus.ACTIVE
+        }
         self.events.clear()
         self.requests.clear()
         self.fence = None
@@ -459,7 +509,7 @@ class PartitionPair:
         self.dirty_since = None
 
 
-def _thread_of(record: InRecord) -> str | None:
+def _thread_of(record: Any) -> str | None:
     if not record.key:
         return None
     try:

@@ -26,7 +26,6 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord
 
 from gateway.codec import changelog
-from gateway.codec.records import TIMESTAMP_LOG_APPEND, InRecord
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
 from gateway.observe.metrics import Metrics
@@ -184,7 +183,7 @@ class Gateway:
                 # fetched just before the pause took effect: read these again once ready
                 self.consumer.seek(tp, messages[0].offset)
                 continue
-            slot.pair.take(entry[1], [_record(m, mono) for m in messages])
+            slot.pair.take(entry[1], messages, mono)
         ready = [s for s in self.slots.values() if s.ready]
         await self._fences(ready)
         wall_ms = int(self.wall_clock() * 1000)
@@ -570,9 +569,7 @@ class Gateway:
                                     "error": str(exc),
                                 },
                             )
-                pair.store = store
-                pair.thread_count = len(store)
-                pair.open_interrupts = store.open_interrupts()
+                pair.load_store(store)
             finally:
                 await reader.stop()
 
@@ -594,17 +591,3 @@ class Gateway:
         if self.consumer is None:
             return False
         return topic in self.consumer._client.cluster.topics()
-
-
-def _record(message: ConsumerRecord, mono: float) -> InRecord:
-    return InRecord(
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
-        timestamp=message.timestamp,
-        log_append_time=message.timestamp_type == TIMESTAMP_LOG_APPEND,
-        key=message.key,
-        value=message.value,
-        headers=tuple(message.headers or ()),
-        received=mono,
-    )

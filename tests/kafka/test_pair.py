@@ -58,7 +58,7 @@ class Feed:
             0,
             offset,
             ts,
-            True,
+            1,  # LogAppendTime
             key.encode() if key else None,
             body,
             tuple(headers),
@@ -314,3 +314,21 @@ def test_an_oversized_rejected_request_is_referenced_not_copied():
     assert rejection["input"] is None and "inputOmitted" in rejection
     assert rejection["source"] == {"topic": "agui.bot.requests", "partition": 0, "offset": 0}
     assert len(pair.out[0].value) < 100_000
+
+
+def test_fast_path_tracks_active_runs_across_batches_and_threads():
+    pair, registry = make_pair()
+    f = Feed()
+    delta = b'{"type":"TOOL_CALL_ARGS","toolCallId":"c","delta":"{"}'
+    pair.take("events", [f.rec("events", started(), 1), f.rec("events", delta, 2),
+                         f.rec("events", delta, 3, key="t2")])  # t2 has no run: first_event
+    pair.process(None, 0, 0)
+    rules = [orjson.loads(r.value).get("rule") for r in pair.out]
+    assert rules == ["first_event"]
+    pair.take("events", [f.rec("events", interrupted(), 4), f.rec("events", delta, 5)])
+    pair.process(None, 0, 0)
+    rules = [orjson.loads(r.value).get("rule") for r in pair.out]
+    assert rules == ["first_event", "event_after_close"]  # t1 closed: the delta is a violation
+    assert pair.next_offsets == {"events": 5}
+    pair.committed(0)
+    assert sample(registry, "agui_gateway_events_total", agent="bot", type="TOOL_CALL_ARGS") == 3
