@@ -105,6 +105,8 @@ class PartitionPair:
         self.store = ThreadStore()
         self.events: deque[Any] = deque()  # ConsumerRecord or InRecord: same attributes
         self._active: set[bytes] = set()  # keys of threads whose run is active
+        self._sweep_ids: list[str] | None = None  # the sweep pass in progress
+        self._sweep_at = 0
         self.requests: deque[InRecord] = deque()
         self.fence: Fence | None = None
         self.waiting_since: float | None = None
@@ -369,10 +371,30 @@ class PartitionPair:
 
     # --- sweeping -------------------------------------------------------------------------
 
-    def sweep(self, now_ms: int) -> None:
-        """Announce interrupts that expired unanswered; forget threads past retention."""
+    @property
+    def sweeping(self) -> bool:
+        return self._sweep_ids is not None
+
+    def sweep(self, now_ms: int, limit: int | None = None) -> bool:
+        """Announce interrupts that expired unanswered; forget threads past retention.
+
+        A pass goes over the threads held when it began, `limit` threads per call
+        (all when None), so a large store never stalls a round. True when a pass ends.
+        """
+        if self._sweep_ids is None:
+            self._sweep_ids = self.store.ids()
+            self._sweep_at = 0
+        ids = self._sweep_ids
+        end = len(ids) if limit is None else min(len(ids), self._sweep_at + limit)
+        batch = ids[self._sweep_at : end]
+        self._sweep_at = end
+        if end >= len(ids):
+            self._sweep_ids = None
         retention = self.ctx.retention
-        for state in self.store.committed():
+        for thread_id in batch:
+            state = self.store.get(thread_id)
+            if state is None:
+                continue
             if retention.expired(state, now_ms):
                 self._delete(state)
                 continue
@@ -395,6 +417,7 @@ class PartitionPair:
                     state.run_id,
                     now_ms=now_ms,
                 )
+        return self._sweep_ids is None
 
     # --- warnings -------------------------------------------------------------------------
 

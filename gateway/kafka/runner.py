@@ -37,6 +37,7 @@ from gateway.state.store import ThreadStore
 log = logging.getLogger("gateway.runner")
 
 PairKey = tuple[str, int]
+SWEEP_SLICE = 5000  # threads a pair's sweep looks at per round
 
 
 @dataclass
@@ -195,9 +196,11 @@ class Gateway:
                 slot.pair.process(position, mono, wall_ms)
         if mono - self._last_sweep >= self.settings.sweep_interval_s:
             self._last_sweep = mono
-            for slot in ready:
-                if not slot.pair.has_pending():
-                    slot.pair.sweep(wall_ms)
+            sweep = ready
+        else:
+            sweep = [s for s in ready if s.pair.sweeping]
+        for slot in sweep:
+            slot.pair.sweep(wall_ms, limit=SWEEP_SLICE)
         commit_after = self.settings.commit_interval_ms / 1000
         due = [
             s

@@ -55,6 +55,10 @@ class ThreadStore:
     def __len__(self) -> int:
         return len(self._committed)
 
+    def ids(self) -> list[str]:
+        """The committed threads' ids, as a list (a snapshot)."""
+        return list(self._committed)
+
     def committed(self) -> Iterator[ThreadState]:
         return iter(list(self._committed.values()))
 

@@ -320,8 +320,14 @@ def test_fast_path_tracks_active_runs_across_batches_and_threads():
     pair, registry = make_pair()
     f = Feed()
     delta = b'{"type":"TOOL_CALL_ARGS","toolCallId":"c","delta":"{"}'
-    pair.take("events", [f.rec("events", started(), 1), f.rec("events", delta, 2),
-                         f.rec("events", delta, 3, key="t2")])  # t2 has no run: first_event
+    pair.take(
+        "events",
+        [
+            f.rec("events", started(), 1),
+            f.rec("events", delta, 2),
+            f.rec("events", delta, 3, key="t2"),
+        ],
+    )  # t2 has no run: first_event
     pair.process(None, 0, 0)
     rules = [orjson.loads(r.value).get("rule") for r in pair.out]
     assert rules == ["first_event"]
@@ -332,3 +338,26 @@ def test_fast_path_tracks_active_runs_across_batches_and_threads():
     assert pair.next_offsets == {"events": 5}
     pair.committed(0)
     assert sample(registry, "agui_gateway_events_total", agent="bot", type="TOOL_CALL_ARGS") == 3
+
+
+def test_sweep_goes_in_slices_and_never_overwrites_a_pending_change():
+    pair, _ = make_pair(
+        retention=Retention(thread_ms=1_000, interrupt_grace_ms=0, interrupt_ms=10**9)
+    )
+    f = Feed()
+    done = {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1"}
+    for i in range(5):
+        pair.take(
+            "events",
+            [f.rec("events", started(), 1, key=f"t{i}"), f.rec("events", done, 2, key=f"t{i}")],
+        )
+    pair.process(None, 0, 0)
+    pair.committed(0)
+    assert pair.sweep(now_ms=2_000, limit=2) is False and pair.sweeping
+    # a thread changes while the pass is under way: the sweep must see its new state
+    pair.take("events", [f.rec("events", started("r2"), 1_900, key="t4")])
+    pair.process(None, 0, 0)
+    assert pair.sweep(now_ms=2_000, limit=2) is False
+    assert pair.sweep(now_ms=2_000, limit=2) is True and not pair.sweeping
+    deleted = {r.key for r in pair.changelog_records() if r.value is None}
+    assert deleted == {b"t0", b"t1", b"t2", b"t3"}  # t4 changed at 1.9 s: kept
