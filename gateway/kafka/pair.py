@@ -155,6 +155,11 @@ class PartitionPair:
     def has_work(self) -> bool:
         return bool(self.events or self.requests)
 
+    @property
+    def decided_pending(self) -> bool:
+        """Requests were decided since the last commit."""
+        return bool(self._decided)
+
     def has_pending(self) -> bool:
         return bool(self.next_offsets or self.out or self.store.changes())
 
@@ -187,8 +192,6 @@ class PartitionPair:
                 self._judge(head, wall_ms)
             else:
                 self._apply(events.popleft())
-        if self.next_offsets and self.dirty_since is None:
-            self.dirty_since = mono_now
 
     def _fenced(self, head: InRecord, events_position: int | None) -> bool:
         fence = self.fence

@@ -38,6 +38,7 @@ log = logging.getLogger("gateway.runner")
 
 PairKey = tuple[str, int]
 SWEEP_SLICE = 5000  # threads a pair's sweep looks at per round
+PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a commit
 
 
 @dataclass
@@ -201,18 +202,23 @@ class Gateway:
             sweep = [s for s in ready if s.pair.sweeping]
         for slot in sweep:
             slot.pair.sweep(wall_ms, limit=SWEEP_SLICE)
+        # Decided requests are committed at once (their outputs wait on it). What only
+        # events changed (state, event warnings) may wait up to commit_interval_ms:
+        # replaying those events after a crash rebuilds the same state.
         commit_after = self.settings.commit_interval_ms / 1000
-        due = [
-            s
-            for s in ready
-            if s.pair.out
-            or s.pair.store.changes()
-            or (
-                s.pair.next_offsets
-                and s.pair.dirty_since is not None
-                and mono - s.pair.dirty_since >= commit_after
-            )
-        ]
+        due = []
+        for slot in ready:
+            pair = slot.pair
+            if not pair.has_pending():
+                continue
+            if pair.dirty_since is None:
+                pair.dirty_since = mono
+            if (
+                pair.decided_pending
+                or mono - pair.dirty_since >= commit_after
+                or len(pair.out) + len(pair.store.changes()) >= PENDING_LIMIT
+            ):
+                due.append(slot)
         if due:
             await asyncio.gather(*(self._commit(s, mono) for s in due))
             self._gauges()
