@@ -4,6 +4,10 @@ A value is one format-version byte followed by the Avro binary encoding of
 `schemas/thread_state.v<N>.avsc`. Readers keep every version's schema, so a
 newer gateway restores an older changelog (Avro schema resolution fills new
 fields from their defaults). A tombstone (null value) deletes a thread.
+
+Each record also carries two headers, `agui-status` (the run status) and
+`agui-open` (how many interrupts are open), so a restore can count and index
+threads without decoding them. A record without them is decoded.
 """
 
 from __future__ import annotations
@@ -64,3 +68,32 @@ def decode(value: bytes) -> ThreadState:
         item["response_schema"] = orjson.loads(raw_schema) if raw_schema else None
         item["metadata"] = orjson.loads(raw_meta) if raw_meta else None
     return from_dict(record)
+
+
+HEADER_STATUS = "agui-status"
+HEADER_OPEN = "agui-open"
+
+
+def hints(state: ThreadState) -> list[tuple[str, bytes]]:
+    """The headers a changelog record carries about its state."""
+    return [
+        (HEADER_STATUS, str(state.status).encode()),
+        (HEADER_OPEN, str(len(state.interrupts)).encode()),
+    ]
+
+
+def read_hints(headers: object) -> tuple[str, int] | None:
+    """(status, open interrupts) from a record's headers, or None when absent or unreadable."""
+    status: str | None = None
+    open_count: int | None = None
+    for key, value in headers or ():  # type: ignore[attr-defined]
+        try:
+            if key == HEADER_STATUS:
+                status = value.decode()
+            elif key == HEADER_OPEN:
+                open_count = int(value)
+        except (UnicodeDecodeError, ValueError, AttributeError):
+            return None
+    if status is None or open_count is None:
+        return None
+    return status, open_count

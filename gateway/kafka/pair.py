@@ -105,6 +105,7 @@ class PartitionPair:
         self.store = ThreadStore()
         self.events: deque[Any] = deque()  # ConsumerRecord or InRecord: same attributes
         self._active: set[bytes] = set()  # keys of threads whose run is active
+        self._active_committed: set[bytes] = set()  # the same, as last committed
         self._sweep_ids: list[str] | None = None  # the sweep pass in progress
         self._sweep_at = 0
         self.requests: deque[InRecord] = deque()
@@ -134,14 +135,13 @@ class PartitionPair:
                 r if isinstance(r, InRecord) else from_consumer(r, received) for r in records
             )
 
-    def load_store(self, store: ThreadStore) -> None:
-        """Take a restored store."""
+    def load_store(self, store: ThreadStore, active: set[str], open_interrupts: int) -> None:
+        """Take a restored store, with its threads whose run is active and its open count."""
         self.store = store
         self.thread_count = len(store)
-        self.open_interrupts = store.open_interrupts()
-        self._active = {
-            s.thread_id.encode() for s in store.committed() if s.status is RunStatus.ACTIVE
-        }
+        self.open_interrupts = open_interrupts
+        self._active_committed = {thread_id.encode() for thread_id in active}
+        self._active = set(self._active_committed)
 
     def needs_fence(self) -> bool:
         if not self.requests:
@@ -491,16 +491,31 @@ class PartitionPair:
     def changelog_records(self) -> list[OutRecord]:
         out = []
         for thread_id, state in self.store.changes().items():
-            value = changelog.encode(state) if state is not None else None
+            if state is None:
+                out.append(
+                    OutRecord(
+                        self.topics.changelog, thread_id.encode(), None, partition=self.partition
+                    )
+                )
+                continue
             out.append(
                 OutRecord(
-                    self.topics.changelog, thread_id.encode(), value, partition=self.partition
+                    self.topics.changelog,
+                    thread_id.encode(),
+                    changelog.encode(state),
+                    changelog.hints(state),
+                    partition=self.partition,
                 )
             )
         return out
 
     def committed(self, mono_now: float) -> None:
         """The round's transaction committed: make its effects visible."""
+        for thread_id, state in self.store.changes().items():
+            if state is not None and state.status is RunStatus.ACTIVE:
+                self._active_committed.add(thread_id.encode())
+            else:
+                self._active_committed.discard(thread_id.encode())
         self.store.commit()
         self.open_interrupts += self._open_delta
         self.thread_count += self._thread_delta
@@ -515,9 +530,7 @@ class PartitionPair:
     def aborted(self) -> None:
         """The round's transaction aborted: forget everything it decided."""
         self.store.rollback()
-        self._active = {
-            s.thread_id.encode() for s in self.store.committed() if s.status is RunStatus.ACTIVE
-        }
+        self._active = set(self._active_committed)
         self.events.clear()
         self.requests.clear()
         self.fence = None

@@ -26,6 +26,7 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord
 
 from gateway.codec import changelog
+from gateway.core.state import RunStatus
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
 from gateway.observe.metrics import Metrics
@@ -555,7 +556,7 @@ class Gateway:
                 start = (await reader.beginning_offsets([tp]))[tp]
                 reader.seek(tp, start)
                 store = ThreadStore()  # the pair keeps its old store if this is cancelled
-                bad = 0
+                hinted: dict[str, tuple[str, int]] = {}
                 while await reader.position(tp) < end:
                     batch = await reader.getmany(tp, timeout_ms=1000)
                     for message in batch.get(tp, ()):
@@ -564,21 +565,21 @@ class Gateway:
                         thread_id = message.key.decode("utf-8", "replace")
                         if message.value is None:
                             store.load(None, thread_id)
+                            hinted.pop(thread_id, None)
                             continue
-                        try:
-                            store.load(changelog.decode(message.value), thread_id)
-                        except changelog.ChangelogFormatError as exc:
-                            bad += 1
-                            log.error(
-                                "unreadable changelog record skipped",
-                                extra={
-                                    "topic": tp.topic,
-                                    "partition": tp.partition,
-                                    "offset": message.offset,
-                                    "error": str(exc),
-                                },
-                            )
-                pair.load_store(store)
+                        hint = changelog.read_hints(message.headers)
+                        if hint is None:  # no hints: decode now (None when unreadable)
+                            store.load(message.value, thread_id)
+                            state = store.get(thread_id)
+                            if state is None:
+                                hinted.pop(thread_id, None)
+                                continue
+                            hint = (str(state.status), len(state.interrupts))
+                        else:
+                            store.load(message.value, thread_id)  # decoded on first read
+                        hinted[thread_id] = hint
+                active = {t for t, (status, _) in hinted.items() if status == RunStatus.ACTIVE}
+                pair.load_store(store, active, sum(n for _, n in hinted.values()))
             finally:
                 await reader.stop()
 

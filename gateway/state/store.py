@@ -3,26 +3,49 @@
 Changes made while a transaction is open live in the overlay; `commit()`
 folds them into the store once the transaction committed, `rollback()` drops
 them when it aborted. The store is in memory; the changelog makes it durable.
+
+A restored thread is kept as its changelog bytes until first read: restoring
+is then a copy, and threads nobody touches are never decoded. A value that
+cannot be decoded when read is logged and the thread reads as unknown.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
+from gateway.codec import changelog
 from gateway.core.state import ThreadState
 
+log = logging.getLogger("gateway.store")
 _DELETED = None
 
 
 class ThreadStore:
     def __init__(self) -> None:
-        self._committed: dict[str, ThreadState] = {}
+        self._committed: dict[str, ThreadState | bytes] = {}
         self._pending: dict[str, ThreadState | None] = {}
 
     def get(self, thread_id: str) -> ThreadState | None:
         if thread_id in self._pending:
             return self._pending[thread_id]
-        return self._committed.get(thread_id)
+        value = self._committed.get(thread_id)
+        if isinstance(value, bytes):
+            return self._decode(thread_id, value)
+        return value
+
+    def _decode(self, thread_id: str, value: bytes) -> ThreadState | None:
+        try:
+            state = changelog.decode(value)
+        except changelog.ChangelogFormatError as exc:
+            log.error(
+                "unreadable changelog value; the thread reads as unknown",
+                extra={"thread_id": thread_id, "error": str(exc)},
+            )
+            del self._committed[thread_id]
+            return None
+        self._committed[thread_id] = state
+        return state
 
     def put(self, state: ThreadState) -> None:
         self._pending[state.thread_id] = state
@@ -45,12 +68,12 @@ class ThreadStore:
     def rollback(self) -> None:
         self._pending = {}
 
-    def load(self, state: ThreadState | None, thread_id: str) -> None:
-        """Restore: set a committed state directly (None deletes)."""
-        if state is None:
+    def load(self, value: ThreadState | bytes | None, thread_id: str) -> None:
+        """Restore: set a committed state, or its changelog bytes, directly (None deletes)."""
+        if value is None:
             self._committed.pop(thread_id, None)
         else:
-            self._committed[thread_id] = state
+            self._committed[thread_id] = value
 
     def __len__(self) -> int:
         return len(self._committed)
@@ -60,7 +83,13 @@ class ThreadStore:
         return list(self._committed)
 
     def committed(self) -> Iterator[ThreadState]:
-        return iter(list(self._committed.values()))
+        """Every committed state (decoding those still held as bytes)."""
+        for thread_id in self.ids():
+            value = self._committed.get(thread_id)
+            if isinstance(value, bytes):
+                value = self._decode(thread_id, value)
+            if value is not None:
+                yield value
 
     def open_interrupts(self) -> int:
-        return sum(len(s.interrupts) for s in self._committed.values())
+        return sum(len(s.interrupts) for s in self.committed())

@@ -83,3 +83,11 @@ def test_an_older_writer_schema_is_read_with_defaults():
 def test_schema_file_is_valid_json_and_versioned():
     raw = orjson.loads((changelog.SCHEMA_DIR / "thread_state.v1.avsc").read_bytes())
     assert raw["namespace"].endswith(".v1")
+
+
+def test_hints_carry_status_and_open_count_and_tolerate_absence():
+    state = full_state()
+    headers = changelog.hints(state)
+    assert changelog.read_hints(headers) == ("interrupted", 2)
+    assert changelog.read_hints([]) is None
+    assert changelog.read_hints([("agui-status", b"active"), ("agui-open", b"x")]) is None

@@ -39,3 +39,16 @@ def test_load_sets_and_removes_directly():
     store.load(None, "a")
     store.load(ThreadState("b"), "b")
     assert [s.thread_id for s in store.committed()] == ["b"]
+
+
+def test_restored_bytes_are_decoded_on_first_read_and_bad_ones_read_as_unknown(caplog):
+    from gateway.codec import changelog
+
+    store = ThreadStore()
+    state = ThreadState("a", RunStatus.INTERRUPTED, interrupts=(InterruptRecord("x", "r"),))
+    store.load(changelog.encode(state), "a")
+    store.load(b"\x01\xff\xff", "bad")
+    assert len(store) == 2
+    assert store.get("a") == state
+    assert store.get("bad") is None and len(store) == 1
+    assert "unreadable changelog value" in caplog.text
