@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -201,8 +202,12 @@ class Gateway:
             sweep = ready
         else:
             sweep = [s for s in ready if s.pair.sweeping]
-        for slot in sweep:
-            slot.pair.sweep(wall_ms, limit=SWEEP_SLICE)
+        passes_done = [slot.pair.sweep(wall_ms, limit=SWEEP_SLICE) for slot in sweep]
+        if any(passes_done):
+            # Thread states are acyclic and long-lived: a full collection walking all of
+            # them stalls a round for 100+ ms at 100k threads. Frozen, they are skipped
+            # (reference counting still frees them).
+            gc.freeze()
         # Decided requests are committed at once (their outputs wait on it). What only
         # events changed (state, event warnings) may wait up to commit_interval_ms:
         # replaying those events after a crash rebuilds the same state.
@@ -504,6 +509,7 @@ class Gateway:
             if tp in slot.committed and tp in assignment:
                 self.consumer.seek(tp, slot.committed[tp])
         self.metrics.prime_agent(pair.agent)
+        gc.freeze()  # restored state is long-lived and acyclic: keep it out of GC passes
         slot.ready = True
         live = [tp for tp in slot.tps() if tp in assignment]
         if live:
