@@ -1,0 +1,213 @@
+"""`python -m bench`: run the benchmark and write bench/results/latest.{json,md}.
+
+    .venv/bin/python -m bench [--size tiny|small|full] [--out bench/results]
+                              [--bootstrap HOST:PORT] [--only ingest,decisions,...]
+                              [--profile] [--repeat N] [--interrupt-share 0.3]
+
+Without --bootstrap it starts (or reuses) the local broker with
+deploy/kafka.sh, which honours KAFKA_PORT; a broker it had to start is
+stopped again at the end unless --keep-broker. Every topic and group it
+creates lives in a fresh namespace (`bench<hex>...`) and is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib
+import logging
+import os
+import re
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench import broker as brokers
+from bench.config import SIZES, Context
+from bench.report import machine, now_iso, source_version, write
+from gateway.observe.logs import JsonFormatter
+
+SCENARIOS = ("ingest", "decisions", "latency", "memory", "restore", "core")
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", choices=sorted(SIZES), default="small", help="default small")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results directory")
+    p.add_argument("--bootstrap", metavar="HOST:PORT", help="use this broker; start none")
+    p.add_argument(
+        "--only",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated scenarios (default: all of {','.join(SCENARIOS)})",
+    )
+    p.add_argument("--repeat", type=int, help="measurements per figure (default: per size)")
+    p.add_argument(
+        "--interrupt-share",
+        type=float,
+        default=0.3,
+        help="share of runs on the events topic ending in interrupts (default 0.3)",
+    )
+    p.add_argument("--seed", type=int, default=20250601)
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile the gateway (pyinstrument) during ingest and decisions",
+    )
+    p.add_argument("--keep-broker", action="store_true", help="leave a broker it started running")
+    p.add_argument("--keep-topics", action="store_true", help="do not delete the run's topics")
+    return p
+
+
+class _Counting(logging.Handler):
+    """Counts the Kafka client's warnings and errors (they are part of the story)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.counts: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = re.sub(r"\d+", "N", record.getMessage())[:160]
+        self.counts[f"{record.levelname} {record.name}: {message}"] += 1
+
+
+def _configure_logs(work: Path) -> _Counting:
+    """Logs as the service writes them (JSON lines, INFO), to a file in the scratch dir."""
+    handler = logging.FileHandler(work / "gateway-in-process.log")
+    handler.setFormatter(JsonFormatter())
+    counting = _Counting()
+    root = logging.getLogger()
+    root.handlers[:] = [handler, counting]
+    root.setLevel(logging.INFO)
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    return counting
+
+
+async def _run(
+    ctx: Context, only: list[str], counting: _Counting
+) -> tuple[list[Any], dict[str, Any], list[str]]:
+    figures: list[Any] = []
+    details: dict[str, Any] = {}
+    failures: list[str] = []
+    for name in only:
+        ctx.log(f"{name}: starting")
+        started = time.perf_counter()
+        warnings_before = Counter(counting.counts)
+        try:
+            module = importlib.import_module(f"bench.scenarios.{name}")
+            found, detail = await module.run(ctx)
+        except Exception:
+            failures.append(name)
+            details[name] = {"error": traceback.format_exc()}
+            ctx.log(f"{name}: FAILED\n{traceback.format_exc()}")
+            continue
+        detail["seconds"] = round(time.perf_counter() - started, 1)
+        raised = counting.counts - warnings_before
+        if raised:
+            detail["client_log_warnings"] = dict(raised.most_common(10))
+        figures += found
+        details[name] = detail
+        ctx.log(f"{name}: done in {detail['seconds']} s")
+    return figures, details, failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in only if s not in SCENARIOS]
+    if unknown:
+        print(f"bench: unknown scenario(s) {unknown}; choose from {SCENARIOS}", file=sys.stderr)
+        return 2
+    ignored = sorted(k for k in os.environ if k.startswith("AGUI_GATEWAY_"))
+    for key in ignored:  # the bench configures every gateway it runs itself
+        del os.environ[key]
+    size = SIZES[args.size]
+    if args.repeat:
+        size = dataclasses.replace(size, repeat=args.repeat)
+    started = time.perf_counter()
+    broker = brokers.ensure_broker(args.bootstrap)
+    work = Path(tempfile.mkdtemp(prefix="agui-bench-"))
+    ctx = Context(
+        bootstrap=broker.bootstrap,
+        size=size,
+        out=args.out,
+        seed=args.seed,
+        interrupt_share=args.interrupt_share,
+        namespace=brokers.namespace(),
+        profile=args.profile,
+        work=work,
+    )
+    counting = _configure_logs(work)
+    source_at_start = source_version(brokers.REPO_ROOT)
+    ctx.log(f"broker {broker.bootstrap} (Kafka {broker.version}), size {size.name}, out {args.out}")
+    info = machine(broker.version)
+    try:
+        figures, details, failures = asyncio.run(_run(ctx, only, counting))
+    finally:
+        if not args.keep_topics:
+            asyncio.run(_cleanup(ctx))
+        if broker.started_here and not args.keep_broker:
+            ctx.log("stopping the broker this run started")
+            brokers.stop_broker()
+    notes = [
+        "Throughput figures: each side timed from its first record received to the last record "
+        "consumed (raw consumer) or committed (gateway, exactly-once); best of the repeats. "
+        "Latency: median over repeats of each repeat's percentile.",
+        "The machine may be shared: compare ratios, not absolute rates, across runs.",
+    ]
+    notes += [d["note"] for d in details.values() if isinstance(d, dict) and d.get("note")]
+    if ignored:
+        notes.append(f"AGUI_GATEWAY_* variables ignored: {', '.join(ignored)}")
+    if failures:
+        notes.append(f"FAILED scenarios: {', '.join(failures)} (see the JSON for the traceback)")
+    result = {
+        "date": now_iso(),
+        "size": size.name,
+        "command": " ".join(
+            shlex.quote(a)
+            for a in [
+                Path(sys.executable).name,
+                "-m",
+                "bench",
+                *(argv if argv is not None else sys.argv[1:]),
+            ]
+        ),
+        "machine": info,
+        "source": _source(source_at_start, source_version(brokers.REPO_ROOT)),
+        "config": ctx.describe(),
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "figures": [f.to_json() for f in figures],
+        "details": details,
+        "notes": notes,
+    }
+    json_path, md_path = write(result, args.out)
+    ctx.log(f"wrote {json_path} and {md_path}")
+    print(md_path.read_text())
+    return 1 if failures else 0
+
+
+def _source(start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
+    """The gateway source measured; whether it moved while the benchmark ran.
+
+    In-process scenarios use the code imported at the start; subprocesses (the
+    latency gateway, memory probes) load it when they start.
+    """
+    return {**start, "changed_during_run": start != end, "at_end": end}
+
+
+async def _cleanup(ctx: Context) -> None:
+    try:
+        async with brokers.Admin(ctx.bootstrap) as admin:
+            await admin.delete_namespace(ctx.namespace)
+    except Exception as exc:  # best effort
+        ctx.log(f"could not delete the run's topics: {exc!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Sizes and the context every scenario gets."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    partitions: int
+    repeat: int  # measurements per figure (best or median of these)
+    ingest_threads: int  # threads on the events topic (~128 events per run, 1.25 runs each)
+    decision_threads: int  # interrupted threads answered by the request stream
+    latency_rate: float  # offered load, requests/s
+    latency_seconds: float
+    latency_warmup_seconds: float  # excluded from the percentiles
+    memory_threads: int
+    restore_threads: int
+    core_seconds: float  # time budget per core micro-benchmark
+    pair_events: int  # records fed to one PartitionPair without Kafka
+
+
+SIZES = {
+    "tiny": Size(
+        name="tiny",
+        partitions=2,
+        repeat=1,
+        ingest_threads=150,
+        decision_threads=400,
+        latency_rate=100,
+        latency_seconds=3,
+        latency_warmup_seconds=0.5,
+        memory_threads=5_000,
+        restore_threads=5_000,
+        core_seconds=0.2,
+        pair_events=20_000,
+    ),
+    "small": Size(
+        name="small",
+        partitions=4,
+        repeat=2,
+        ingest_threads=2_000,
+        decision_threads=4_000,
+        latency_rate=300,
+        latency_seconds=8,
+        latency_warmup_seconds=1,
+        memory_threads=20_000,
+        restore_threads=20_000,
+        core_seconds=0.5,
+        pair_events=100_000,
+    ),
+    "full": Size(
+        name="full",
+        partitions=4,
+        repeat=3,
+        ingest_threads=12_000,
+        decision_threads=15_000,
+        latency_rate=1000,
+        latency_seconds=20,
+        latency_warmup_seconds=2,
+        memory_threads=100_000,
+        restore_threads=100_000,
+        core_seconds=1.0,
+        pair_events=300_000,
+    ),
+}
+
+
+@dataclass
+class Context:
+    bootstrap: str
+    size: Size
+    out: Path
+    seed: int
+    interrupt_share: float
+    namespace: str  # prefix of every topic and group this run creates
+    profile: bool
+    work: Path  # scratch dir (gateway logs, profiles in progress)
+
+    def log(self, message: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "size": asdict(self.size),
+            "seed": self.seed,
+            "interrupt_share": self.interrupt_share,
+            "namespace": self.namespace,
+        }

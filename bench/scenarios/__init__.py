@@ -1,0 +1,1 @@
+"""The benchmark's scenarios; each returns (figures, detail)."""

@@ -1,0 +1,161 @@
+"""1. Event ingest: the gateway against a raw consumer on the same events topic.
+
+The events topic is produced once. Each measurement reads all of it from the
+beginning: the baseline with a bare aiokafka consumer (read_committed, the
+gateway's fetch settings, no processing), the gateway with a fresh group and
+a fresh output namespace (its own changelog), exactly-once on as always.
+The baseline is timed from its first record received to its last; the
+gateway from the moment every pair is ready (its first record, if later) to
+the commit that covers the last record, counting only the records consumed
+in that span (pairs are prepared one after another, so the first ones start
+consuming while the others still restore).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from bench.broker import Admin, end_offsets, produce
+from bench.config import Context
+from bench.gatewayrun import Names, counter_total, create_topics, make_settings, run_in_process
+from bench.profiling import Profile
+from bench.report import Figure, best, figure
+from bench.workload import EventShape, EventStream
+from gateway.settings import Settings
+
+
+async def raw_consume(
+    bootstrap: str, topic: str, partitions: int, total: int, settings: Settings
+) -> float:
+    """Seconds a bare consumer takes from its first record to the last of `total`."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        max_poll_records=settings.max_poll_records,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        seen = 0
+        first: float | None = None
+        deadline = time.monotonic() + 600
+        while seen < total:
+            batch = await consumer.getmany(timeout_ms=settings.poll_timeout_ms)
+            if batch and first is None:
+                first = time.perf_counter()
+            for messages in batch.values():
+                seen += len(messages)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"raw consumer saw {seen} of {total} records")
+        assert first is not None
+        return time.perf_counter() - first
+    finally:
+        await consumer.stop()
+
+
+async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
+    size = ctx.size
+    names = Names(f"{ctx.namespace}-in", f"{ctx.namespace}-in0", f"{ctx.namespace}-in0-gw")
+    shape = EventShape(
+        threads=size.ingest_threads,
+        partitions=size.partitions,
+        interrupt_share=ctx.interrupt_share,
+    )
+    base_settings = make_settings(names, ctx.bootstrap)
+    async with Admin(ctx.bootstrap) as admin:
+        await create_topics(admin, names, base_settings, size.partitions, inputs=True)
+    stream = EventStream(shape, ctx.seed)
+    started = time.perf_counter()
+    total = await produce(ctx.bootstrap, names.events, stream)
+    produce_s = time.perf_counter() - started
+    ctx.log(
+        f"ingest: produced {total:,} events of {shape.threads:,} threads in {produce_s:.1f} s "
+        f"({stream.stats.delta_share:.1%} deltas)"
+    )
+    ends = await end_offsets(ctx.bootstrap, names.events, size.partitions)
+
+    baseline: list[float] = []
+    gateway: list[float] = []
+    runs: list[dict[str, Any]] = []
+    for rep in range(size.repeat):
+        seconds = await raw_consume(
+            ctx.bootstrap, names.events, size.partitions, total, base_settings
+        )
+        baseline.append(total / seconds)
+        rep_names = Names(
+            names.inputs, f"{ctx.namespace}-in{rep + 1}", f"{ctx.namespace}-in{rep + 1}-gw"
+        )
+        settings = make_settings(rep_names, ctx.bootstrap)
+        async with Admin(ctx.bootstrap) as admin:
+            await create_topics(admin, rep_names, settings, size.partitions, inputs=False)
+        result = await run_in_process(settings, ends, timeout=900)
+        counted = counter_total(result.registry, "agui_gateway_events")
+        if int(counted) != total:
+            raise AssertionError(f"gateway counted {counted} events, {total} were produced")
+        # timed once every pair is ready: records early pairs consumed before are left out
+        gateway.append((total - result.records_before) / result.seconds)
+        runs.append(
+            {
+                "baseline_events_per_s": round(baseline[-1]),
+                "gateway_events_per_s": round(gateway[-1]),
+                "gateway_seconds": round(result.seconds, 3),
+                "gateway_startup_seconds": round(result.startup_seconds, 3),
+                "gateway_restore_overlap_seconds": round(result.restore_overlap_seconds, 3),
+                "gateway_records_before_all_ready": result.records_before,
+                "gateway_rounds": result.rounds,
+                "transactions": counter_total(
+                    result.registry, "agui_gateway_transactions", result="committed"
+                ),
+            }
+        )
+        ctx.log(
+            f"ingest rep {rep + 1}/{size.repeat}: baseline {baseline[-1]:,.0f} ev/s, "
+            f"gateway {gateway[-1]:,.0f} ev/s (ratio {gateway[-1] / baseline[-1]:.3f})"
+        )
+
+    profile: dict[str, Any] | None = None
+    if ctx.profile:
+        rep_names = Names(names.inputs, f"{ctx.namespace}-inp", f"{ctx.namespace}-inp-gw")
+        settings = make_settings(rep_names, ctx.bootstrap)
+        async with Admin(ctx.bootstrap) as admin:
+            await create_topics(admin, rep_names, settings, size.partitions, inputs=False)
+        prof = Profile("ingest", ctx.out)
+        await run_in_process(settings, ends, timeout=1800, span=prof)
+        profile = prof.summary()
+        ctx.log(f"ingest: profile written to {prof.text_path}")
+
+    how = f"best of {size.repeat}" if size.repeat > 1 else "single run"
+    figures = [
+        figure(
+            "ingest.ratio",
+            "Event ingest: gateway ÷ raw consumer",
+            best(gateway) / best(baseline),
+            "ratio",
+            f"{how} each, events/s first record → last committed",
+            target=">= 0.8",
+        ),
+        figure(
+            "ingest.gateway_events_per_s", "Event ingest, gateway", best(gateway), "events/s", how
+        ),
+        figure(
+            "ingest.baseline_events_per_s",
+            "Event ingest, raw consumer (read_committed)",
+            best(baseline),
+            "events/s",
+            how,
+        ),
+    ]
+    detail = {
+        "workload": stream.stats.to_json(),
+        "produce_seconds": round(produce_s, 2),
+        "runs": runs,
+        "profile": profile,
+    }
+    return figures, detail

@@ -1,0 +1,205 @@
+"""4. Restore: the gateway rebuilding its state from the changelog, against a raw read of it.
+
+A changelog of N threads (a share of them with open interrupts) is made by
+the gateway's own `PartitionPair.changelog_records()` (values from
+`gateway.codec.changelog.encode`, with whatever headers the gateway writes)
+and produced, in transactions as the gateway writes it, to a compacted topic
+laid out as the gateway's own. Then,
+partition by partition as the gateway prepares its pairs:
+
+- gateway: `Gateway._restore(pair)` (its restore consumer, decoding each value
+  and loading the store);
+- baseline: a raw consumer with the same settings reading the same partition
+  from its beginning to its end, no decoding.
+
+The figure is a speed ratio: baseline seconds ÷ gateway seconds. If the
+gateway defers decoding to a thread's first read, "restore, then read every
+thread" shows the deferred cost (informative).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from bench.broker import Admin, produce_transactional
+from bench.config import Context
+from bench.gatewayrun import AGENT, Names, make_settings
+from bench.report import Figure, best, figure
+from bench.workload import Ids, idle_thread_events, interrupted_thread_events, iso, partition_for
+from gateway.core import ThreadState, apply_event
+from gateway.kafka.pair import PartitionPair
+from gateway.kafka.runner import Gateway
+from gateway.kafka.topics import changelog_configs
+from gateway.observe.metrics import Metrics
+
+
+def states(threads: int, interrupt_share: float, seed: int) -> list[ThreadState]:
+    rng = random.Random(seed)
+    ids = Ids(rng)
+    now = datetime.now(UTC)
+    expires = iso(now + timedelta(days=1))
+    at = int(now.timestamp() * 1000)
+    out = []
+    for _ in range(threads):
+        thread_id = ids.uuid()
+        if rng.random() < interrupt_share:
+            events, _ = interrupted_thread_events(rng, ids, thread_id, expires)
+        else:
+            events = idle_thread_events(rng, ids, thread_id)
+        state = None
+        for value in events:
+            state = apply_event(state, thread_id, orjson.loads(value), at).state
+        assert state is not None
+        out.append(state)
+    return out
+
+
+async def raw_read(bootstrap: str, topic: str, partitions: int) -> tuple[float, int]:
+    """Read every partition as `_restore` does, without decoding. (seconds, records)."""
+    records = 0
+    started = time.perf_counter()
+    for partition in range(partitions):
+        tp = TopicPartition(topic, partition)
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            max_poll_records=10000,
+        )
+        await reader.start()
+        try:
+            reader.assign([tp])
+            end = (await reader.end_offsets([tp]))[tp]
+            start = (await reader.beginning_offsets([tp]))[tp]
+            reader.seek(tp, start)
+            while await reader.position(tp) < end:
+                batch = await reader.getmany(tp, timeout_ms=1000)
+                records += len(batch.get(tp, ()))
+        finally:
+            await reader.stop()
+    return time.perf_counter() - started, records
+
+
+def _pair(gateway: Gateway, partition: int) -> PartitionPair:
+    return PartitionPair(
+        gateway.names.for_agent(AGENT),
+        partition,
+        gateway.context,
+        gateway.metrics,
+        gateway.limiter,
+        lambda topic: True,
+    )
+
+
+def changelog_records(
+    gateway: Gateway, built: list[ThreadState], partitions: int
+) -> list[tuple[int, bytes, bytes | None, list[tuple[str, bytes]]]]:
+    """The changelog records the gateway itself writes for these states."""
+    pairs = [_pair(gateway, p) for p in range(partitions)]
+    for state in built:
+        pairs[partition_for(state.thread_id.encode(), partitions)].store.put(state)
+    out = []
+    for pair in pairs:
+        for r in pair.changelog_records():
+            assert r.key is not None and r.partition == pair.partition
+            out.append((pair.partition, r.key, r.value, list(r.headers)))
+    return out
+
+
+async def gateway_restore(
+    gateway: Gateway, partitions: int, read_all: bool = False
+) -> tuple[float, int]:
+    """Seconds to restore every partition (and with read_all, to read every thread)."""
+    threads = 0
+    started = time.perf_counter()
+    for partition in range(partitions):
+        pair = _pair(gateway, partition)
+        await gateway._restore(pair)
+        threads += len(pair.store)
+        if read_all:
+            for _ in pair.store.committed():
+                pass
+    return time.perf_counter() - started, threads
+
+
+async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
+    size = ctx.size
+    n = size.restore_threads
+    started = time.perf_counter()
+    built = states(n, ctx.interrupt_share, ctx.seed + 3)
+    names = Names(f"{ctx.namespace}-r", f"{ctx.namespace}-r", f"{ctx.namespace}-r-gw")
+    gateway = Gateway(make_settings(names, ctx.bootstrap), Metrics(CollectorRegistry()))
+    records = changelog_records(gateway, built, size.partitions)
+    del built
+    build_s = time.perf_counter() - started
+    async with Admin(ctx.bootstrap) as admin:
+        await admin.create({names.changelog: (size.partitions, changelog_configs())})
+    started = time.perf_counter()
+    await produce_transactional(ctx.bootstrap, names.changelog, records, per_transaction=1000)
+    produce_s = time.perf_counter() - started
+    ctx.log(f"restore: {n:,} threads encoded in {build_s:.1f} s, produced in {produce_s:.1f} s")
+
+    baseline: list[float] = []
+    restored: list[float] = []
+    read_all: list[float] = []
+    runs = []
+    for rep in range(size.repeat):
+        raw_s, seen = await raw_read(ctx.bootstrap, names.changelog, size.partitions)
+        if seen != n:
+            raise AssertionError(f"raw read saw {seen} of {n} changelog records")
+        gw_s, threads = await gateway_restore(gateway, size.partitions)
+        if threads != n:
+            raise AssertionError(f"restore loaded {threads} of {n} threads")
+        all_s, _ = await gateway_restore(gateway, size.partitions, read_all=True)
+        baseline.append(n / raw_s)
+        restored.append(n / gw_s)
+        read_all.append(n / all_s)
+        runs.append(
+            {
+                "raw_seconds": round(raw_s, 3),
+                "gateway_seconds": round(gw_s, 3),
+                "gateway_then_read_all_seconds": round(all_s, 3),
+            }
+        )
+        ctx.log(
+            f"restore rep {rep + 1}/{size.repeat}: raw read {raw_s:.2f} s, gateway {gw_s:.2f} s "
+            f"(ratio {raw_s / gw_s:.3f})"
+        )
+    how = f"best of {size.repeat}" if size.repeat > 1 else "single run"
+    figures = [
+        figure(
+            "restore.ratio",
+            f"Restore of {n:,} threads: raw read time ÷ gateway restore time",
+            best(restored) / best(baseline),
+            "ratio",
+            f"{how} each, all partitions in turn",
+            target=">= 0.5",
+        ),
+        figure(
+            "restore.gateway_threads_per_s", "Restore, gateway", best(restored), "threads/s", how
+        ),
+        figure(
+            "restore.baseline_records_per_s",
+            "Changelog read, raw consumer",
+            best(baseline),
+            "records/s",
+            how,
+        ),
+    ]
+    detail = {
+        "threads": n,
+        "open_interrupt_share": ctx.interrupt_share,
+        "changelog_value_bytes": sum(len(r[2] or b"") for r in records),
+        "mean_value_bytes": round(sum(len(r[2] or b"") for r in records) / n, 1),
+        "headers": sorted({k for r in records for k, _ in r[3]}),
+        "runs": runs,
+    }
+    return figures, detail

@@ -1,0 +1,59 @@
+"""`python -m bench --size tiny` runs end to end against the test broker.
+
+No timing thresholds: the figures only have to exist and be positive, finite
+numbers, with both result files written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+EXPECTED = {
+    "ingest.ratio",
+    "ingest.gateway_events_per_s",
+    "ingest.baseline_events_per_s",
+    "decisions.ratio",
+    "decisions.gateway_per_s",
+    "decisions.baseline_per_s",
+    "latency.p50_ms",
+    "latency.p99_ms",
+    "memory.idle_bytes_per_thread",
+    "memory.interrupted_bytes_per_thread",
+    "restore.ratio",
+    "core.judge_per_s",
+    "core.apply_event_per_s",
+}
+
+
+def test_tiny_benchmark_writes_every_figure(kafka_bootstrap: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--size", "tiny"]
+        + ["--bootstrap", kafka_bootstrap, "--out", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr[-4000:] + result.stdout[-2000:]
+    data = json.loads((tmp_path / "latest.json").read_text())
+    assert (tmp_path / "latest.md").read_text().startswith("# agui-gateway benchmark (tiny)")
+    figures = {f["key"]: f for f in data["figures"]}
+    assert EXPECTED <= set(figures), sorted(EXPECTED - set(figures))
+    for key, f in figures.items():
+        value = f["value"]
+        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (key, value)
+    headline = [f for f in figures.values() if f["headline"]]
+    assert headline and all(f["target"] and isinstance(f["met"], bool) for f in headline)
+    machine = data["machine"]
+    assert machine["nproc"] >= 1 and machine["memory_bytes"] > 0 and machine["python"]
