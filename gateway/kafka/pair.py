@@ -378,32 +378,36 @@ class PartitionPair:
     def sweeping(self) -> bool:
         return self._sweep_ids is not None
 
-    def sweep(self, now_ms: int, limit: int | None = None) -> bool:
+    def sweep(self, now_ms: int, limit: int | None = None, max_changes: int | None = None) -> bool:
         """Announce interrupts that expired unanswered; forget threads past retention.
 
-        A pass goes over the threads held when it began, `limit` threads per call
-        (all when None), so a large store never stalls a round. True when a pass ends.
+        A pass goes over the threads held when it began, looking at up to `limit`
+        threads and changing up to `max_changes` of them per call (None: no bound),
+        so neither a large store nor a burst of expiries stalls a round. True when
+        a pass ends.
         """
         if self._sweep_ids is None:
             self._sweep_ids = self.store.ids()
             self._sweep_at = 0
         ids = self._sweep_ids
-        end = len(ids) if limit is None else min(len(ids), self._sweep_at + limit)
-        batch = ids[self._sweep_at : end]
-        self._sweep_at = end
-        if end >= len(ids):
-            self._sweep_ids = None
+        stop = len(ids) if limit is None else min(len(ids), self._sweep_at + limit)
+        changes = 0
         retention = self.ctx.retention
-        for thread_id in batch:
+        at = self._sweep_at
+        while at < stop and (max_changes is None or changes < max_changes):
+            thread_id = ids[at]
+            at += 1
             state = self.store.get(thread_id)
             if state is None:
                 continue
             if retention.expired(state, now_ms):
                 self._delete(state)
+                changes += 1
                 continue
             new, due = expire_due(state, now_ms)
             if not due:
                 continue
+            changes += 1
             self._put(state, new)
             for interrupt in due:
                 self._defer(self.metrics.interrupts_expired.labels(self.agent).inc)
@@ -420,6 +424,9 @@ class PartitionPair:
                     state.run_id,
                     now_ms=now_ms,
                 )
+        self._sweep_at = at
+        if at >= len(ids):
+            self._sweep_ids = None
         return self._sweep_ids is None
 
     # --- warnings -------------------------------------------------------------------------

@@ -39,7 +39,8 @@ from gateway.state.store import ThreadStore
 log = logging.getLogger("gateway.runner")
 
 PairKey = tuple[str, int]
-SWEEP_SLICE = 5000  # threads a pair's sweep looks at per round
+SWEEP_SLICE = 1000  # threads a pair's sweep looks at per round (decoding restored ones)
+SWEEP_CHANGES = 100  # expiries announced or threads forgotten per pair per round
 PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a commit
 
 
@@ -202,7 +203,9 @@ class Gateway:
             sweep = ready
         else:
             sweep = [s for s in ready if s.pair.sweeping]
-        passes_done = [slot.pair.sweep(wall_ms, limit=SWEEP_SLICE) for slot in sweep]
+        passes_done = [
+            slot.pair.sweep(wall_ms, limit=SWEEP_SLICE, max_changes=SWEEP_CHANGES) for slot in sweep
+        ]
         if any(passes_done):
             # Thread states are acyclic and long-lived: a full collection walking all of
             # them stalls a round for 100+ ms at 100k threads. Frozen, they are skipped

@@ -361,3 +361,21 @@ def test_sweep_goes_in_slices_and_never_overwrites_a_pending_change():
     assert pair.sweep(now_ms=2_000, limit=2) is True and not pair.sweeping
     deleted = {r.key for r in pair.changelog_records() if r.value is None}
     assert deleted == {b"t0", b"t1", b"t2", b"t3"}  # t4 changed at 1.9 s: kept
+
+
+def test_sweep_bounds_the_changes_of_one_call():
+    pair, _ = make_pair()
+    f = Feed()
+    for i in range(5):
+        finished = interrupted()
+        finished["outcome"]["interrupts"][0]["expiresAt"] = "1970-01-01T00:00:01Z"
+        pair.take("events", [f.rec("events", started(), 1, key=f"t{i}"),
+                             f.rec("events", finished, 2, key=f"t{i}")])
+    pair.process(None, 0, 0)
+    pair.committed(0)
+    announced = []
+    for _ in range(3):
+        pair.sweep(now_ms=5_000, limit=1000, max_changes=2)
+        announced.append(sum(1 for r in pair.out if b"interrupt_expired" in r.value))
+        pair.committed(0)
+    assert announced == [2, 2, 1] and not pair.sweeping
