@@ -53,29 +53,37 @@ class Settings(BaseSettings):
     strict: bool = False
 
     # --- Processing ------------------------------------------------------------------
-    merge_max_wait_ms: int = Field(5000, ge=0)  # wait for a lagging events side before judging
-    poll_timeout_ms: int = Field(100, ge=1)
-    max_poll_records: int = Field(2000, ge=1)
-    commit_interval_ms: int = Field(1000, ge=1)  # most delay for offsets of state-neutral records
-    transaction_timeout_ms: int = Field(60000, ge=1000)
-    revoke_timeout_s: float = Field(10.0, gt=0)
-    discovery_interval_ms: int = Field(5000, ge=100)  # how often new agents' topics are seen
-    session_timeout_ms: int = Field(10000, ge=1000)
-    heartbeat_interval_ms: int = Field(2000, ge=100)
+    merge_max_wait_ms: int = Field(
+        default=5000, ge=0
+    )  # wait for a lagging events side before judging
+    poll_timeout_ms: int = Field(default=100, ge=1)
+    max_poll_records: int = Field(default=2000, ge=1)
+    commit_interval_ms: int = Field(
+        default=1000, ge=1
+    )  # most delay for offsets of state-neutral records
+    transaction_timeout_ms: int = Field(default=60000, ge=1000)
+    revoke_timeout_s: float = Field(default=10.0, gt=0)
+    discovery_interval_ms: int = Field(
+        default=5000, ge=100
+    )  # how often new agents' topics are seen
+    session_timeout_ms: int = Field(default=10000, ge=1000)
+    heartbeat_interval_ms: int = Field(default=2000, ge=100)
 
     # --- State retention ---------------------------------------------------------------
-    thread_retention_s: float = Field(7 * 24 * 3600, gt=0)  # idle threads, no open interrupts
-    interrupt_grace_s: float = Field(24 * 3600, ge=0)  # kept past the last expiresAt
-    interrupt_retention_s: float = Field(30 * 24 * 3600, gt=0)  # open interrupts, no expiry
-    sweep_interval_s: float = Field(10.0, gt=0)
+    thread_retention_s: float = Field(
+        default=7 * 24 * 3600, gt=0
+    )  # idle threads, no open interrupts
+    interrupt_grace_s: float = Field(default=24 * 3600, ge=0)  # kept past the last expiresAt
+    interrupt_retention_s: float = Field(default=30 * 24 * 3600, gt=0)  # open interrupts, no expiry
+    sweep_interval_s: float = Field(default=10.0, gt=0)
 
     # --- Warnings ----------------------------------------------------------------------
-    warning_burst: int = Field(5, ge=1)  # identical warnings per thread before suppression
-    warning_window_s: float = Field(60.0, gt=0)
+    warning_burst: int = Field(default=5, ge=1)  # identical warnings per thread before suppression
+    warning_window_s: float = Field(default=60.0, gt=0)
 
     # --- HTTP and logs -----------------------------------------------------------------
     http_host: str = "127.0.0.1"
-    http_port: int = Field(9464, ge=0, le=65535)
+    http_port: int = Field(default=9464, ge=0, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")

@@ -62,6 +62,8 @@ def decode(value: bytes) -> ThreadState:
         record = schemaless_reader(io.BytesIO(value[1:]), writer, schema(CURRENT_VERSION))
     except Exception as exc:
         raise ChangelogFormatError(f"undecodable changelog value: {exc}") from None
+    if not isinstance(record, dict):
+        raise ChangelogFormatError("changelog value is not a record")
     for item in record["interrupts"]:
         raw_schema = item.pop("response_schema_json", None)
         raw_meta = item.pop("metadata_json", None)

@@ -8,6 +8,7 @@ Kafka: the runner hands in records and fences and takes out records.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter, deque
 from collections.abc import Callable
@@ -330,7 +331,7 @@ class PartitionPair:
                     hist = m.interrupt_response.labels(
                         agent, reason_label(answer.reason), answer.status
                     )
-                    self._defer(lambda h=hist, s=seconds: h.observe(s))
+                    self._defer(functools.partial(hist.observe, seconds))
             reply = {
                 **envelope,
                 "warnings": [w.to_json() for w in decision.warnings],
@@ -472,7 +473,7 @@ class PartitionPair:
             body["suppressed"] = suppressed
         key = thread_id.encode() if thread_id is not None else None
         self.out.append(OutRecord(self.ctx.warnings_topic, key, dumps(body)))
-        self._deferred.append(lambda b=body: log.info("warning", extra={"warning": b}))
+        self._deferred.append(functools.partial(log.info, "warning", extra={"warning": body}))
 
     # --- state and the round's bookkeeping ---------------------------------------------------
 
