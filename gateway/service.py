@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from gateway.http import HttpServer
@@ -40,4 +42,12 @@ def main(settings: Settings) -> int:
         asyncio.run(serve(settings))
     except KeyboardInterrupt:
         pass
+    except (KafkaError, OSError) as exc:
+        log.error("gateway stopped: %s", exc, extra={"error": repr(exc)})
+        print(
+            f"agui-gateway run: cannot run against Kafka at {settings.bootstrap_servers} "
+            f"(or bind {settings.http_host}:{settings.http_port}): {exc!r}",
+            file=sys.stderr,
+        )
+        return 2
     return 0

@@ -282,6 +282,7 @@ class Gateway:
                 extra={"agent": pair.agent, "partition": pair.partition},
             )
             pair.aborted()
+            self.consumer.pause(*slot.tps())  # not ours: never read past the committed offset
             await self._drop(slot)
             return
         except Exception as exc:
