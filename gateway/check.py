@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.core import Policy, ThreadState, Verdict, apply_event, judge
-from gateway.core.expiry import expires_at_ms
+from gateway.core.expiry import iso_micros
 from gateway.core.findings import Finding
 
 
@@ -33,10 +33,10 @@ class CheckResult:
 def parse_now(text: str | None) -> int:
     if text is None:
         return int(datetime.now(UTC).timestamp() * 1000)
-    at = expires_at_ms(text)
+    at = iso_micros(text)
     if at is None:
         raise CheckInputError(f"--now {text!r} is not an ISO 8601 time")
-    return at
+    return at // 1000
 
 
 def read_events(path: Path) -> list[Any]:

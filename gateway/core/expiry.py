@@ -7,7 +7,7 @@ value it cannot read is judged *not* expired, and the caller warns.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from functools import lru_cache
 
@@ -19,9 +19,23 @@ class Expiry(Enum):
     UNREADABLE = "unreadable"
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 @lru_cache(maxsize=4096)
 def expires_at_ms(value: str) -> int | None:
-    """Epoch milliseconds of an ISO 8601 `expiresAt`, or None if unreadable."""
+    """Epoch milliseconds of an ISO 8601 `expiresAt`, or None if unreadable.
+
+    A time between two milliseconds rounds up: an interrupt is never judged
+    expired before its own time.
+    """
+    micros = iso_micros(value)
+    return None if micros is None else -(-micros // 1000)
+
+
+def iso_micros(value: str) -> int | None:
+    """Epoch microseconds of an ISO 8601 time (no offset: UTC), or None if unreadable."""
     text = value.strip()
     if not text or len(text) > 64:
         return None
@@ -33,7 +47,7 @@ def expires_at_ms(value: str) -> int | None:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    return (moment - _EPOCH) // _MICROSECOND
 
 
 def judge(expires_at: object, now_ms: int) -> Expiry:

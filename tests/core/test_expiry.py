@@ -112,3 +112,11 @@ def test_the_time_is_an_argument():
         Expiry.EXPIRED,
         Expiry.EXPIRED,
     ]
+
+
+def test_a_time_between_milliseconds_is_not_expired_early():
+    from gateway.core.expiry import Expiry, expires_at_ms, judge
+
+    assert expires_at_ms("1970-01-01T00:00:00.0005Z") == 1
+    assert judge("1970-01-01T00:00:00.0005Z", 0) is Expiry.LIVE
+    assert judge("1970-01-01T00:00:00.0005Z", 1) is Expiry.EXPIRED
