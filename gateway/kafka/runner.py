@@ -151,7 +151,7 @@ class Gateway:
                 task.cancel()
             for slot in list(self.slots.values()):
                 if slot.ready and slot.pair.has_pending():
-                    await self._commit(slot, time.monotonic())
+                    await self._commit(slot)
             for slot in list(self.slots.values()):
                 await self._close_producer(slot)
             self.slots.clear()
@@ -229,7 +229,7 @@ class Gateway:
             ):
                 due.append(slot)
         if due:
-            await asyncio.gather(*(self._commit(s, mono) for s in due))
+            await asyncio.gather(*(self._commit(s) for s in due))
             self._gauges()
         if mono - self._last_lag >= 5:
             self._last_lag = mono
@@ -254,7 +254,7 @@ class Gateway:
             if slot.events_tp is not None and slot.events_tp in ends:
                 slot.pair.set_fence(ends[slot.events_tp])
 
-    async def _commit(self, slot: PairSlot, mono: float) -> None:
+    async def _commit(self, slot: PairSlot) -> None:
         assert self.consumer is not None
         pair = slot.pair
         producer = slot.producer
@@ -367,7 +367,7 @@ class Gateway:
                     continue
                 if slot.ready and slot.pair.has_pending():
                     await asyncio.wait_for(
-                        self._commit(slot, time.monotonic()), timeout=self.settings.revoke_timeout_s
+                        self._commit(slot), timeout=self.settings.revoke_timeout_s
                     )
                 slot.pair.aborted()  # drop buffers: positions restart at the committed offsets
                 slot.ready = False
