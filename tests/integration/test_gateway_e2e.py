@@ -186,3 +186,34 @@ async def test_poison_records_are_rejected_and_never_block(ns: Namespace, tmp_pa
         assert any(w["code"] == "thread_unknown" for w in warnings)
     finally:
         await gateway.stop()
+
+
+async def test_a_new_agent_is_picked_up_without_a_restart(ns: Namespace, tmp_path) -> None:
+    await ns.create_agent("first", partitions=1)
+    gateway = await GatewayProcess(ns, tmp_path).start()
+    try:
+        await ns.create_agent("latecomer", partitions=2)  # after the gateway started
+        thread = "t-late"
+        await produce(
+            ns.bootstrap,
+            ns.events("latecomer"),
+            [
+                (thread, started(thread, "r1")),
+                (thread, interrupted(thread, "r1", {"id": "q", "reason": "input_required"})),
+            ],
+        )
+        await produce(
+            ns.bootstrap,
+            ns.requests("latecomer"),
+            [
+                (thread, resume(thread, "r2", {"interruptId": "q", "status": "cancelled"})),
+            ],
+        )
+        forwarded = values(
+            await collect(ns.bootstrap, ns.run_requests("latecomer"), count=1, timeout=60)
+        )
+        assert [f["runId"] for f in forwarded] == ["r2"]
+        warnings = values(await collect(ns.bootstrap, ns.warnings, count=1, timeout=3))
+        assert not any(w["code"] == "thread_unknown" for w in warnings)  # judged on its state
+    finally:
+        await gateway.stop()
