@@ -194,7 +194,7 @@ class Gateway:
         wall_ms = int(self.wall_clock() * 1000)
         for slot in ready:
             if slot.pair.has_work():
-                position = None
+                position: int | None = 0  # no events topic: nothing to wait for
                 if slot.events_tp is not None and slot.pair.requests:
                     position = await self.consumer.position(slot.events_tp)
                 slot.pair.process(position, mono, wall_ms)

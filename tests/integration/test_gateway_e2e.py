@@ -217,3 +217,23 @@ async def test_a_new_agent_is_picked_up_without_a_restart(ns: Namespace, tmp_pat
         assert not any(w["code"] == "thread_unknown" for w in warnings)  # judged on its state
     finally:
         await gateway.stop()
+
+
+async def test_an_agent_with_only_a_requests_topic_is_not_held_back(
+    ns: Namespace, create_topics, tmp_path
+) -> None:
+    await create_topics([ns.requests("solo")], partitions=1)
+    await create_topics([ns.run_requests("solo"), ns.rejections, ns.warnings], partitions=1)
+    gateway = await GatewayProcess(ns, tmp_path, merge_max_wait_ms=60_000).start()
+    try:
+        await produce(
+            ns.bootstrap,
+            ns.requests("solo"),
+            [("t", {"threadId": "t", "runId": "r", "messages": []})],
+        )
+        forwarded = values(
+            await collect(ns.bootstrap, ns.run_requests("solo"), count=1, timeout=20)
+        )
+        assert [f["runId"] for f in forwarded] == ["r"]  # long before the 60 s merge wait
+    finally:
+        await gateway.stop()
