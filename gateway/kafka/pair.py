@@ -230,7 +230,7 @@ class PartitionPair:
                 None,
                 None,
                 Rule.MISSING_KEY,
-                "event record has no key; the key must be the threadId. Dropped",
+                "event record has no UTF-8 key; the key must be the threadId. Dropped",
             )
             return
         state = self.store.get(thread_id)
@@ -282,7 +282,7 @@ class PartitionPair:
                 reasons=(
                     Finding(
                         str(Reason.THREAD_MISMATCH),
-                        "the request record has no key; the key must be the threadId",
+                        "the request record has no UTF-8 key; the key must be the threadId",
                     ),
                 ),
             )
