@@ -91,20 +91,25 @@ def _event_rates(ctx: Context, events: list[tuple[str, dict[str, Any]]]) -> dict
     return rates
 
 
+def _fresh_pair(gateway: Gateway) -> PartitionPair:
+    """A new pair of the bench agent, partition 0, with every reply topic taken as existing."""
+    return PartitionPair(
+        gateway.names.for_agent(AGENT),
+        0,
+        gateway.context,
+        gateway.metrics,
+        gateway.limiter,
+        lambda topic: True,
+    )
+
+
 def _pair_events_rate(ctx: Context, records: list[InRecord]) -> float:
     settings = make_settings(Names("x", "x", "x"), ctx.bootstrap)
     gateway = Gateway(settings, Metrics(CollectorRegistry()))
     per_round = settings.max_poll_records
 
     def work() -> None:
-        pair = PartitionPair(
-            gateway.names.for_agent(AGENT),
-            0,
-            gateway.context,
-            gateway.metrics,
-            gateway.limiter,
-            lambda topic: True,
-        )
+        pair = _fresh_pair(gateway)
         wall = int(time.time() * 1000)
         for start in range(0, len(records), per_round):
             pair.take("events", records[start : start + per_round])
@@ -140,14 +145,7 @@ def _pair_decisions_rate(ctx: Context) -> tuple[float, int]:
     per_round = settings.max_poll_records
 
     def work() -> None:
-        pair = PartitionPair(
-            gateway.names.for_agent(AGENT),
-            0,
-            gateway.context,
-            gateway.metrics,
-            gateway.limiter,
-            lambda topic: True,
-        )
+        pair = _fresh_pair(gateway)
         wall = int(time.time() * 1000)
         pair.take("events", events)
         pair.process(None, time.monotonic(), wall)
