@@ -120,7 +120,8 @@ class TimedGateway(Gateway):
         self.all_ready_at: float | None = None
         self.records_before_all_ready = 0  # consumed by early pairs while others prepared
         self.done = asyncio.Event()
-        self.armed = True  # records count and targets are checked only once armed
+        self.armed = True  # records count only once armed
+        self.targets_final = True  # targets are checked only once they are all known
         self.rounds = 0
 
     def all_ready(self) -> bool:
@@ -145,7 +146,7 @@ class TimedGateway(Gateway):
         self.rounds += 1
         if self.all_ready_at is None and self.all_ready():
             self.all_ready_at = time.perf_counter()
-        if self.done_at is None and self.armed and self.reached():
+        if self.done_at is None and self.armed and self.targets_final and self.reached():
             self.done_at = time.perf_counter()
             if self.span is not None:
                 self.span.stop()
@@ -187,12 +188,15 @@ async def run_in_process(
     """Run the gateway until its commits reach `targets`, then stop it cleanly.
 
     With `when_ready`, the gateway first starts and prepares every pair (group
-    join, restore); then `when_ready()` runs (it produces the input) and the
-    targets it returns are added; only then do records count.
+    join, restore); then records start to count and `when_ready()` runs (it
+    produces the input); the targets it returns are added, and only then is the
+    end checked. The gateway may consume the input while it is being produced:
+    counting starts before producing, so the first record is never missed.
     """
     registry = CollectorRegistry()
     gateway = TimedGateway(settings, Metrics(registry), dict(targets), span)
     gateway.armed = when_ready is None
+    gateway.targets_final = when_ready is None
     stop = asyncio.Event()
     # The bench's own objects (the workload) must not make the gateway's collections slower.
     gc.collect()
@@ -210,8 +214,9 @@ async def run_in_process(
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"gateway not ready within {timeout} s")
                 await asyncio.sleep(0.02)
-            gateway.targets.update(await when_ready())
             gateway.armed = True
+            gateway.targets.update(await when_ready())
+            gateway.targets_final = True
         finished, _ = await asyncio.wait(
             {task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
         )
