@@ -6,7 +6,6 @@ as the service would (minus Kafka). Prints one JSON object.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from gateway.codec import jsonio
 from gateway.core import Policy, ThreadState, Verdict, apply_event, judge
 from gateway.core.expiry import iso_micros
 from gateway.core.findings import Finding
@@ -49,8 +49,8 @@ def read_events(path: Path) -> list[Any]:
         if not line.strip():
             continue
         try:
-            events.append(orjson.loads(line))
-        except orjson.JSONDecodeError as exc:
+            events.append(jsonio.loads(line))
+        except (jsonio.JSONDecodeError, jsonio.TooDeep) as exc:
             raise CheckInputError(f"{path}:{number}: not JSON: {exc}") from None
     return events
 
@@ -61,8 +61,8 @@ def read_input(path: Path) -> Any:
     except OSError as exc:
         raise CheckInputError(f"cannot read input file {path}: {exc.strerror}") from None
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        return jsonio.loads(body)
+    except (jsonio.JSONDecodeError, jsonio.TooDeep) as exc:
         raise CheckInputError(f"{path}: not JSON: {exc}") from None
 
 
@@ -110,8 +110,8 @@ def main(events_path: str, input_path: str, now: str | None, strict: bool) -> in
     result = run_check(events, raw_input, now_ms, Policy(strict=strict))
     try:
         body = orjson.dumps(result.document, option=orjson.OPT_INDENT_2)
-    except orjson.JSONEncodeError:  # deeper than orjson's 254 levels, which it decodes
-        body = json.dumps(result.document, indent=2, ensure_ascii=False).encode()
+    except orjson.JSONEncodeError:  # big integers or deep nesting: compact, but exact
+        body = jsonio.dumps(result.document)
     sys.stdout.buffer.write(body + b"\n")
     sys.stdout.flush()
     return 0 if result.verdict is Verdict.FORWARD else 1

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
+from gateway.codec import jsonio
 from gateway.core.state import ThreadState, from_dict, to_dict
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
@@ -40,7 +41,16 @@ def schema(version: int) -> Any:
 
 
 def _json_or_none(value: Any) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
+    return None if value is None else jsonio.dumps(value).decode()
+
+
+def _json_value(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return jsonio.loads(text.encode())
+    except (jsonio.JSONDecodeError, jsonio.TooDeep) as exc:
+        raise ChangelogFormatError(f"undecodable JSON in a changelog value: {exc}") from None
 
 
 def encode(state: ThreadState) -> bytes:
@@ -67,8 +77,8 @@ def decode(value: bytes) -> ThreadState:
     for item in record["interrupts"]:
         raw_schema = item.pop("response_schema_json", None)
         raw_meta = item.pop("metadata_json", None)
-        item["response_schema"] = orjson.loads(raw_schema) if raw_schema else None
-        item["metadata"] = orjson.loads(raw_meta) if raw_meta else None
+        item["response_schema"] = _json_value(raw_schema)
+        item["metadata"] = _json_value(raw_meta)
     return from_dict(record)
 
 

@@ -6,7 +6,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+from gateway.codec import jsonio
 
 TIMESTAMP_LOG_APPEND = 1
 
@@ -82,13 +82,15 @@ def decode_json(value: bytes | None) -> Any:
     if value is None:
         raise Undecodable("the record has no value (null)")
     try:
-        return orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
+        return jsonio.loads(value)
+    except jsonio.JSONDecodeError as exc:
         try:
             value.decode("utf-8")
         except UnicodeDecodeError:
             raise Undecodable("the record value is not UTF-8 text") from None
         raise Undecodable(f"the record value is not JSON: {exc}") from None
+    except jsonio.TooDeep as exc:
+        raise Undecodable(f"the record value cannot be read exactly: {exc}") from None
 
 
 def original_input(value: bytes | None, max_bytes: int) -> dict[str, Any]:
@@ -105,8 +107,8 @@ def original_input(value: bytes | None, max_bytes: int) -> dict[str, Any]:
             "inputOmitted": f"{len(value)} bytes, over {max_bytes}; read it at `source`",
         }
     try:
-        return {"input": orjson.loads(value)}
-    except orjson.JSONDecodeError:
+        return {"input": jsonio.loads(value)}
+    except (jsonio.JSONDecodeError, jsonio.TooDeep):
         try:
             return {"input": None, "inputText": value.decode("utf-8")}
         except UnicodeDecodeError:
@@ -129,5 +131,4 @@ def peek_type(value: bytes | None) -> str | None:
         return None
 
 
-def dumps(value: Any) -> bytes:
-    return orjson.dumps(value)
+dumps = jsonio.dumps

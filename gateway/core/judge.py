@@ -10,16 +10,14 @@ thread on.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import replace
 from typing import Any
-
-import orjson
 
 from gateway.core import expiry, response_schema
 from gateway.core.codes import Reason, Verdict, Warn
 from gateway.core.decision import Answer, Decision, Policy
 from gateway.core.findings import Finding, pointer
+from gateway.core.jsontext import to_json
 from gateway.core.shape import Path, read_input, remove_paths
 from gateway.core.state import FORWARDS_KEPT, ForwardRecord, InterruptRecord, RunStatus, ThreadState
 from gateway.core.sweep import answered_ids
@@ -41,41 +39,8 @@ class _Findings:
 
 def fingerprint(run_id: str, resume: object) -> str:
     """Identity of a request for duplicate detection: its runId and resume entries."""
-    try:
-        body = orjson.dumps([run_id, resume], option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:
-        # Valid JSON orjson will not encode: nested deeper than its 254 levels
-        # (it decodes up to 1024) or integers beyond 64 bits.
-        body = _canonical([run_id, resume])
+    body = to_json([run_id, resume], sort_keys=True)
     return hashlib.blake2b(body, digest_size=12).hexdigest()
-
-
-class _Token(str):
-    """Literal output text, told apart from decoded strings on the stack."""
-
-
-def _canonical(value: object) -> bytes:
-    """Sorted-key JSON of a decoded JSON value, without recursion."""
-    out: list[str] = []
-    stack: list[object] = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, _Token):
-            out.append(item)
-        elif isinstance(item, dict):
-            parts: list[object] = [_Token("{")]
-            for n, key in enumerate(sorted(item, key=str)):
-                parts += [_Token(("," if n else "") + json.dumps(str(key)) + ":"), item[key]]
-            stack.extend(reversed([*parts, _Token("}")]))
-        elif isinstance(item, list | tuple):
-            parts = [_Token("[")]
-            for n, element in enumerate(item):
-                parts += [_Token(",")] if n else []
-                parts.append(element)
-            stack.extend(reversed([*parts, _Token("]")]))
-        else:
-            out.append(json.dumps(item))
-    return "".join(out).encode()
 
 
 def judge(

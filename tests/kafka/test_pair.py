@@ -6,7 +6,7 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.codec import changelog
+from gateway.codec import changelog, jsonio
 from gateway.codec.records import InRecord
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.topics import AgentTopics
@@ -379,3 +379,31 @@ def test_sweep_bounds_the_changes_of_one_call():
         announced.append(sum(1 for r in pair.out if b"interrupt_expired" in r.value))
         pair.committed(0)
     assert announced == [2, 2, 1] and not pair.sweeping
+
+
+def _deep(depth: int) -> object:
+    value: object = "bottom"
+    for _ in range(depth):
+        value = {"in": value}
+    return value
+
+
+def test_values_orjson_cannot_write_are_forwarded_and_remembered_exactly():
+    pair, _ = make_pair()
+    f = Feed()
+    finished = interrupted()
+    finished["outcome"]["interrupts"][0]["metadata"] = {"big": 2**70, "deep": _deep(300)}
+    request = answer()
+    request["forwardedProps"] = {"deep": _deep(300), "big": -(2**80)}
+    body = jsonio.dumps(request)
+    pair.take("events", [f.rec("events", started(), 1), f.rec("events", jsonio.dumps(finished), 2)])
+    pair.take("requests", [f.rec("requests", body, 3), f.rec("requests", b"[" + body, 4)])
+    pair.set_fence(2)
+    pair.process(2, 0, 0)
+    forward, rejection = (r for r in pair.out if r.topic != "replies")
+    assert forward.topic == "agui.bot.run-requests"
+    assert forward.value == body  # no number altered, no crash on the depth
+    assert jsonio.loads(rejection.value)["reasons"][0]["code"] == "malformed_input"
+    (change,) = [r for r in pair.changelog_records() if r.value is not None]
+    restored = changelog.decode(change.value)
+    assert restored.interrupts[0].metadata == {"big": 2**70, "deep": _deep(300)}
