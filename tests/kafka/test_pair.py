@@ -369,8 +369,10 @@ def test_sweep_bounds_the_changes_of_one_call():
     for i in range(5):
         finished = interrupted()
         finished["outcome"]["interrupts"][0]["expiresAt"] = "1970-01-01T00:00:01Z"
-        pair.take("events", [f.rec("events", started(), 1, key=f"t{i}"),
-                             f.rec("events", finished, 2, key=f"t{i}")])
+        pair.take(
+            "events",
+            [f.rec("events", started(), 1, key=f"t{i}"), f.rec("events", finished, 2, key=f"t{i}")],
+        )
     pair.process(None, 0, 0)
     pair.committed(0)
     announced = []
