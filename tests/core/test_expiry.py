@@ -120,3 +120,54 @@ def test_a_time_between_milliseconds_is_not_expired_early():
     assert expires_at_ms("1970-01-01T00:00:00.0005Z") == 1
     assert judge("1970-01-01T00:00:00.0005Z", 0) is Expiry.LIVE
     assert judge("1970-01-01T00:00:00.0005Z", 1) is Expiry.EXPIRED
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2025-06-01T12.5Z", NOON_MS + 30 * 60_000),  # a decimal fraction of the hour
+        ("2025-06-01T12:00.5Z", NOON_MS + 30_000),  # of the minute
+        ("2025-06-01T12:00:00,25Z", NOON_MS + 250),  # a comma is a decimal sign too
+        ("20250601T120000Z", NOON_MS),  # basic format
+        ("20250601T1400+0200", NOON_MS),
+        ("2025-152T12:00Z", NOON_MS),  # ordinal date: day 152 of 2025
+        ("2025-W22-7T12:00Z", NOON_MS),  # week date: Sunday of week 22
+        ("2025-05-31T24:00Z", NOON_MS - 12 * 3_600_000),  # the end of a day
+        ("2025-06-01T11:59:60Z", NOON_MS),  # a leap second ends at the next minute
+        ("2025-06-01t12:00:00Z", NOON_MS),
+        ("2025-06-01 12:00:00Z", NOON_MS),
+    ],
+)
+def test_every_iso_8601_form_is_read_at_its_own_time(text, expected):
+    assert expires_at_ms(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2025-06-01T12:00:00.0000001Z",  # 100 ns after noon
+        "2025-06-01T12:00:00.000000000001Z",
+        "2025-06-01T12.0000000000001Z",
+    ],
+)
+def test_a_fraction_below_the_microsecond_is_never_cut_off(text):
+    assert expires_at_ms(text) == NOON_MS + 1
+    assert judge(text, NOON_MS) is Expiry.LIVE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2025-06-01T24:00:01Z",
+        "2025-06-01T12:60Z",
+        "2025-06-01T12:00:61Z",
+        "2025-06-01T12:0000Z",  # extended and basic mixed
+        "2025-366T00:00Z",  # 2025 has 365 days
+        "2025-000T00:00Z",
+        "2025-06-01T12:00:00+24:00",
+        "2025-06-01T",
+        "2025-06-01T12:00:00.Z",
+    ],
+)
+def test_forms_iso_8601_does_not_allow_are_unreadable(text):
+    assert expires_at_ms(text) is None
