@@ -66,7 +66,7 @@ def read_input(raw: dict[str, Any]) -> Shape:
             errors = exc.errors()
             tags: dict[Path, str] = {}
             for error in errors:
-                if error["type"] == "union_tag_invalid":
+                if error["type"] == "union_tag_invalid" and _tag_is_text(doc, error):
                     path = _raw_path(doc, error["loc"])
                     if path:
                         tags.setdefault(path, error["msg"])
@@ -86,6 +86,24 @@ def read_input(raw: dict[str, Any]) -> Shape:
         return shape
     shape.malformed = [("", f"more than {MAX_UNION_STRIPS} unrecognised union members")]
     return shape
+
+
+def _tag_is_text(doc: Any, error: Any) -> bool:
+    """Whether an unmatched union tag is a string: an unknown member, not a malformed one.
+
+    A `role` of 5 or null can name no variant, now or in a later version: that
+    field is malformed, not unrecognised.
+    """
+    element = _at(doc, _raw_path(doc, error["loc"]))
+    name = str((error.get("ctx") or {}).get("discriminator", "")).strip("'")
+    return isinstance(element, dict) and isinstance(element.get(name), str)
+
+
+def _at(doc: Any, path: Path) -> Any:
+    node = doc
+    for part in path:
+        node = node[part]
+    return node
 
 
 def _merged(found: Any) -> list[tuple[str, str]]:

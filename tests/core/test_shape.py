@@ -120,3 +120,18 @@ def test_alternatives_failing_at_one_location_are_one_malformed_finding():
     raw["messages"] = [{"id": "m", "role": "user", "content": 7}]
     shape = read_input(raw)
     assert [where for where, _ in shape.malformed] == ["/messages/0/content"]
+
+
+@pytest.mark.parametrize("tag", [5, None, True, ["user"], {"r": 1}])
+@pytest.mark.parametrize("where", ["role", "content_type"])
+def test_a_union_tag_that_is_not_a_string_is_malformed_not_stripped(tag, where):
+    raw = run_input()
+    if where == "role":
+        raw["messages"] = [{"id": "m-0", "role": tag, "content": "x"}]
+        at = "/messages/0"
+    else:
+        raw["messages"] = [{"id": "m-0", "role": "user", "content": [{"type": tag, "text": "x"}]}]
+        at = "/messages/0/content/0"
+    shape = read_input(raw)
+    assert shape.stripped_unions == []
+    assert at in [where_ for where_, _ in shape.malformed]
