@@ -37,6 +37,7 @@ from gateway.core.state import (
 
 SUSPENDED_KEPT = 32
 _KNOWN_OUTCOMES = frozenset({"success", "interrupt", "cancelled"})
+_KNOWN_SUBAGENT_OUTCOMES = frozenset({"success", "suspended"})
 
 
 class Change(Enum):
@@ -200,8 +201,8 @@ def _finish(step: _Step) -> None:
     event = step.event
     outcome = event.get("outcome")
     outcome_type = outcome.get("type") if isinstance(outcome, dict) else None
-    if isinstance(outcome, dict) and not (
-        isinstance(outcome_type, str) and outcome_type in _KNOWN_OUTCOMES
+    if isinstance(outcome, dict) and isinstance(outcome_type, str) and (
+        outcome_type not in _KNOWN_OUTCOMES
     ):
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
@@ -222,13 +223,18 @@ def _finish(step: _Step) -> None:
         )
         _close_failed(step)
         return
-    if isinstance(outcome, dict) and outcome_type == "success" and "interrupts" in outcome:
-        # The success outcome is closed: interrupts on it are a contradiction the
-        # schema rejects, so the RUN_FINISHED is malformed.
+    if (
+        isinstance(outcome, dict)
+        and outcome_type in ("success", "cancelled")
+        and "interrupts" in outcome
+    ):
+        # The success and cancelled outcomes are closed: interrupts on them are a
+        # contradiction the schema rejects, so the RUN_FINISHED is malformed (and
+        # its interrupts are never dropped silently).
         step.violation(
             Rule.MALFORMED_EVENT,
-            "RUN_FINISHED has the success outcome carrying interrupts; an interrupted run "
-            "must end with the interrupt outcome. The run is failed",
+            f"RUN_FINISHED has the {outcome_type} outcome carrying interrupts; an "
+            "interrupted run must end with the interrupt outcome. The run is failed",
             path="/outcome/interrupts",
         )
         _close_failed(step)
@@ -372,7 +378,18 @@ def _subagent_ended(step: _Step) -> None:
     model_type = (
         SubagentFinishedEvent if step.kind is EventKind.SUBAGENT_FINISHED else SubagentErrorEvent
     )
-    model = _model(step, model_type, step.event)
+    event = step.event
+    outcome = event.get("outcome") if step.kind is EventKind.SUBAGENT_FINISHED else None
+    outcome_type = outcome.get("type") if isinstance(outcome, dict) else None
+    if isinstance(outcome_type, str) and outcome_type not in _KNOWN_SUBAGENT_OUTCOMES:
+        step.warn(
+            Warn.UNKNOWN_MEMBER_STRIPPED,
+            f"unrecognised subagent outcome type {outcome.get('type')!r} stripped; "
+            "the invocation reads as finished with success",
+            path="/outcome",
+        )
+        event = {k: v for k, v in event.items() if k != "outcome"}
+    model = _model(step, model_type, event)
     if model is None:
         return
     sub = model.subagent_run_id  # type: ignore[attr-defined]

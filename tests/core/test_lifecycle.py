@@ -211,7 +211,7 @@ def test_a_new_run_after_a_late_run_error_clears_the_failure():
 # --- NOTES.md "Runs on a stream": unknown outcome, malformed RUN_FINISHED --------------------
 
 
-@pytest.mark.parametrize("outcome_type", ["suspended-v2", 5, None, [], {"nested": 1}])
+@pytest.mark.parametrize("outcome_type", ["suspended-v2", "", "SUCCESS"])
 def test_an_unknown_outcome_reads_as_success_with_a_warning(outcome_type):
     outcome = {"type": outcome_type, "interrupts": [interrupt()]}
     state, outcomes = replay([run_started(), run_finished(outcome=outcome)])
@@ -489,6 +489,33 @@ def test_a_suspended_subagent_is_tracked_in_state_suspended():
     assert_well_defined(state)
 
 
+def test_an_unknown_subagent_outcome_is_stripped_and_the_invocation_closes():
+    state, outcomes = replay(
+        [
+            run_started(),
+            subagent_started("sub-1"),
+            subagent_finished("sub-1", {"type": "handed_off", "interruptIds": ["x"]}),
+        ]
+    )
+    assert state is not None
+    assert (state.open_subagents, state.suspended) == ((), ())
+    [warning] = outcomes[-1].warnings
+    assert (warning.code, warning.path) == (str(Warn.UNKNOWN_MEMBER_STRIPPED), "/outcome")
+
+
+@pytest.mark.parametrize("outcome_type", [5, None])
+def test_a_subagent_outcome_type_that_is_not_a_string_is_malformed(outcome_type):
+    state, outcomes = replay(
+        [
+            run_started(),
+            subagent_started("sub-1"),
+            subagent_finished("sub-1", {"type": outcome_type}),
+        ]
+    )
+    assert state is not None and state.open_subagents == ("sub-1",)
+    assert violations(outcomes) == [str(Rule.MALFORMED_EVENT)]
+
+
 def test_a_suspended_subagent_without_interrupt_ids_is_tracked_with_none():
     state = state_of(
         run_started(), subagent_started("sub-1"), subagent_finished("sub-1", {"type": "suspended"})
@@ -535,7 +562,24 @@ def test_every_status_has_a_step_for_every_event_kind():
         assert set(lifecycle_module.TRANSITIONS[status]) == set(stateful), status
 
 
-def test_success_outcome_carrying_interrupts_is_malformed_and_fails_the_run():
+@pytest.mark.parametrize("outcome_type", [5, None, [], {"nested": 1}])
+def test_an_outcome_type_that_is_not_a_string_is_malformed_and_fails_the_run(outcome_type):
+    outcome = {"type": outcome_type, "interrupts": [interrupt()]}
+    state, outcomes = replay([run_started(), run_finished(outcome=outcome)])
+    assert state is not None
+    assert (state.status, state.interrupts) == (RunStatus.FAILED, ())
+    assert violations(outcomes) == [str(Rule.MALFORMED_EVENT)]
+
+
+def test_an_outcome_without_a_type_is_malformed_and_fails_the_run():
+    outcome = {"interrupts": [interrupt()]}
+    state, outcomes = replay([run_started(), run_finished(outcome=outcome)])
+    assert state is not None and state.status is RunStatus.FAILED
+    assert violations(outcomes) == [str(Rule.MALFORMED_EVENT)]
+
+
+@pytest.mark.parametrize("kind", ["success", "cancelled"])
+def test_a_closed_outcome_carrying_interrupts_is_malformed_and_fails_the_run(kind):
     from gateway.core import apply_event
 
     state = apply_event(None, "t", {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}, 1).state
@@ -546,7 +590,7 @@ def test_success_outcome_carrying_interrupts_is_malformed_and_fails_the_run():
             "type": "RUN_FINISHED",
             "threadId": "t",
             "runId": "r",
-            "outcome": {"type": "success", "interrupts": [{"id": "a", "reason": "tool_call"}]},
+            "outcome": {"type": kind, "interrupts": [{"id": "a", "reason": "tool_call"}]},
         },
         2,
     )
