@@ -27,7 +27,7 @@ _NO_REMOTE: Registry = Registry()  # jsonschema adds the meta-schemas; nothing i
 class SchemaCheck:
     ok: bool
     usable: bool = True
-    problems: tuple[tuple[str, str], ...] = ()  # (JSON Pointer inside the payload, message)
+    problems: tuple[tuple[str, str], ...] = ()  # (JSON Pointer inside the payload, messages)
     detail: str = ""
 
 
@@ -61,5 +61,10 @@ def check(schema: object, payload: object) -> SchemaCheck:
         return SchemaCheck(ok=True, usable=False, detail=f"{type(exc).__name__}: {exc}")
     if not errors:
         return SchemaCheck(ok=True)
-    problems = tuple((pointer(*e.absolute_path), e.message) for e in errors[:MAX_ERRORS])
+    by_where: dict[str, list[str]] = {}
+    for error in errors:
+        messages = by_where.setdefault(pointer(*error.absolute_path), [])
+        if error.message not in messages:
+            messages.append(error.message)
+    problems = tuple((where, "; ".join(ms)) for where, ms in list(by_where.items())[:MAX_ERRORS])
     return SchemaCheck(ok=False, problems=problems)

@@ -106,3 +106,12 @@ def test_remote_references_are_never_fetched(monkeypatch):
 def test_the_same_schema_in_another_key_order_gives_the_same_answer():
     reordered = dict(reversed(list(APPROVAL.items())))
     assert check(reordered, {"approved": "no"}) == check(APPROVAL, {"approved": "no"})
+
+
+def test_several_failures_at_one_location_are_one_problem():
+    schema = {"type": "object", "required": ["a", "b"], "minProperties": 3}
+    result = check(schema, {})
+    [(where, message)] = result.problems
+    assert where == ""
+    assert "'a' is a required property" in message and "'b' is a required property" in message
+    assert "does not have enough properties" in message or "minProperties" in message
