@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,16 +82,33 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _settings_errors(exc: ValidationError) -> list[str]:
+    """One line per invalid setting, named as its environment variable."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        name = ".".join(str(part) for part in error["loc"])
+        where = f"{name} (env AGUI_GATEWAY_{name.upper()})" if name else "(settings)"
+        got = f" (got {error['input']!r})" if error["type"] != "missing" else ""
+        lines.append(f"{where}: {error['msg']}{got}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         from gateway import check
 
         return check.main(args.events, args.input, args.now, args.strict)
+    from pydantic import ValidationError
+
     from gateway.settings import Settings
 
     try:
         settings = Settings()
+    except ValidationError as exc:
+        for line in _settings_errors(exc):
+            print(f"agui-gateway: invalid setting {line}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError) as exc:
         print(f"agui-gateway: invalid settings: {exc}", file=sys.stderr)
         return 2

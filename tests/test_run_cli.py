@@ -31,4 +31,7 @@ def test_unreachable_kafka_is_exit_2_with_one_clear_line():
 def test_invalid_settings_are_exit_2_naming_the_setting():
     result = run({"AGUI_GATEWAY_MERGE_MAX_WAIT_MS": "-5"})
     assert result.returncode == 2
-    assert "merge_max_wait_ms" in result.stderr
+    assert result.stderr.splitlines() == [
+        "agui-gateway: invalid setting merge_max_wait_ms (env AGUI_GATEWAY_MERGE_MAX_WAIT_MS): "
+        "Input should be greater than or equal to 0 (got '-5')"
+    ]

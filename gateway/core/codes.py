@@ -1,4 +1,4 @@
-"""Reason and warning codes: the gateway's public contract (see README, "Codes").
+"""Reason and warning codes: the gateway's public contract (see README, "Verdicts, reasons and warnings").
 
 Values are stable strings; they appear in rejection and warning records, in
 reply messages, in metrics labels and in `agui-gateway check` output.

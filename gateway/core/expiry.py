@@ -20,8 +20,6 @@ class Expiry(Enum):
     UNREADABLE = "unreadable"
 
 
-
-
 @lru_cache(maxsize=4096)
 def expires_at_ms(value: str) -> int | None:
     """Epoch milliseconds of an ISO 8601 `expiresAt`, or None if unreadable.

@@ -201,8 +201,10 @@ def _finish(step: _Step) -> None:
     event = step.event
     outcome = event.get("outcome")
     outcome_type = outcome.get("type") if isinstance(outcome, dict) else None
-    if isinstance(outcome, dict) and isinstance(outcome_type, str) and (
-        outcome_type not in _KNOWN_OUTCOMES
+    if (
+        isinstance(outcome, dict)
+        and isinstance(outcome_type, str)
+        and (outcome_type not in _KNOWN_OUTCOMES)
     ):
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
@@ -384,7 +386,7 @@ def _subagent_ended(step: _Step) -> None:
     if isinstance(outcome_type, str) and outcome_type not in _KNOWN_SUBAGENT_OUTCOMES:
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
-            f"unrecognised subagent outcome type {outcome.get('type')!r} stripped; "
+            f"unrecognised subagent outcome type {outcome_type!r} stripped; "
             "the invocation reads as finished with success",
             path="/outcome",
         )
