@@ -99,6 +99,16 @@ def original_input(value: bytes | None, max_bytes: int) -> dict[str, Any]:
     A request larger than `max_bytes` is not copied (`inputOmitted` says why);
     the rejection's `source` still points at the original record.
     """
+    if value is None or len(value) > max_bytes:
+        return raw_input(value, max_bytes)
+    try:
+        return {"input": jsonio.loads(value)}
+    except (jsonio.JSONDecodeError, jsonio.TooDeep):
+        return raw_input(value, max_bytes)
+
+
+def raw_input(value: bytes | None, max_bytes: int) -> dict[str, Any]:
+    """The request as the bytes received, never parsed: for a rejection that must not fail."""
     if value is None:
         return {"input": None}
     if len(value) > max_bytes:
@@ -107,12 +117,9 @@ def original_input(value: bytes | None, max_bytes: int) -> dict[str, Any]:
             "inputOmitted": f"{len(value)} bytes, over {max_bytes}; read it at `source`",
         }
     try:
-        return {"input": jsonio.loads(value)}
-    except (jsonio.JSONDecodeError, jsonio.TooDeep):
-        try:
-            return {"input": None, "inputText": value.decode("utf-8")}
-        except UnicodeDecodeError:
-            return {"input": None, "inputBase64": base64.b64encode(value).decode()}
+        return {"input": None, "inputText": value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"input": None, "inputBase64": base64.b64encode(value).decode()}
 
 
 _TYPE_PREFIX = b'{"type":"'

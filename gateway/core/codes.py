@@ -30,6 +30,7 @@ class Reason(StrEnum):
     UNRECOGNISED_ENTRY = "unrecognised_entry"  # strict mode only
     THREAD_UNKNOWN = "thread_unknown"  # strict mode only
     ALREADY_RESUMED = "already_resumed"
+    INTERNAL_ERROR = "internal_error"  # the gateway failed on this request: a defect
 
 
 class Warn(StrEnum):
@@ -45,6 +46,7 @@ class Warn(StrEnum):
     LATE_RUN_ERROR = "late_run_error"
     INTERRUPT_EXPIRED = "interrupt_expired"
     REPLY_TOPIC_UNKNOWN = "reply_topic_unknown"
+    INTERNAL_ERROR = "internal_error"  # the gateway failed on this event: a defect
 
 
 class Rule(StrEnum):

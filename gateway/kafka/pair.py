@@ -28,6 +28,7 @@ from gateway.codec.records import (
     from_consumer,
     original_input,
     peek_type,
+    raw_input,
     source_of,
 )
 from gateway.core import (
@@ -242,6 +243,28 @@ class PartitionPair:
         ):
             self._event_counts[peeked] += 1  # the hot path: a delta inside an active run
             return
+        mark = self._mark()
+        try:
+            self._apply_decoded(record, thread_id, state)
+        except Exception as exc:  # a defect: this event must not stop the partition
+            self._undo(mark)
+            log.exception(
+                "internal error applying an event; the thread's state is left as it was",
+                extra={"agent": self.agent, "threadId": thread_id, "source": record.source()},
+            )
+            run_id = state.run_id if state is not None else None
+            self._warn(
+                Finding(
+                    str(Warn.INTERNAL_ERROR),
+                    f"the gateway failed to apply this event ({type(exc).__name__}: {exc}); "
+                    "the thread's state is unchanged",
+                ),
+                record,
+                thread_id,
+                run_id,
+            )
+
+    def _apply_decoded(self, record: Any, thread_id: str, state: ThreadState | None) -> None:
         try:
             event = decode_json(record.value)
         except Undecodable as exc:
@@ -252,13 +275,13 @@ class PartitionPair:
         self._event_counts[event_type_label(event_type)] += 1
         outcome = apply_event(state, thread_id, event, record.timestamp)
         new = outcome.state
-        if new is not None and new is not state:
-            self._put(state, new)
         run_id = new.run_id if new is not None else None
         for warning in outcome.warnings:
             self._warn(warning, record, thread_id, run_id)
         if new is not None and outcome.change is not Change.NONE:
             self._count_change(outcome.change, new)
+        if new is not None and new is not state:
+            self._put(state, new)  # last: nothing above is left half done
 
     def _count_change(self, change: Change, state: ThreadState) -> None:
         m, agent = self.metrics, self.agent
@@ -275,7 +298,21 @@ class PartitionPair:
         self.next_offsets["requests"] = record.offset + 1
         now_ms = record.timestamp if record.log_append_time else wall_ms
         thread_id = _thread_of(record)
+        mark = self._mark()
+        try:
+            self._judge_one(record, thread_id, now_ms)
+        except Exception as exc:  # a defect: this request must not stop the partition
+            self._undo(mark)
+            log.exception(
+                "internal error judging a request; rejected as internal_error",
+                extra={"agent": self.agent, "threadId": thread_id, "source": record.source()},
+            )
+            self._internal_error(record, thread_id, now_ms, exc)
+
+    def _judge_one(self, record: InRecord, thread_id: str | None, now_ms: int) -> None:
         decision: Decision
+        new: ThreadState | None = None
+        state: ThreadState | None = None
         if thread_id is None:
             decision = Decision(
                 Verdict.REJECT,
@@ -298,10 +335,58 @@ class PartitionPair:
             else:
                 state = self.store.get(thread_id)
                 decision, new = judge(state, raw, now_ms, self.policy, thread_id)
-                if new is not None and new is not state:
-                    self._put(state, new)
         self._decided.append(record.received)
         self._effects(record, decision, thread_id, now_ms)
+        if new is not None and new is not state:
+            self._put(state, new)  # last: nothing above is left half done
+
+    def _mark(self) -> tuple[int, int, int]:
+        return len(self.out), len(self._deferred), len(self._decided)
+
+    def _undo(self, mark: tuple[int, int, int]) -> None:
+        """Forget what a record that failed half way added to the round."""
+        out, deferred, decided = mark
+        del self.out[out:]
+        del self._deferred[deferred:]
+        del self._decided[decided:]
+
+    def _internal_error(
+        self, record: InRecord, thread_id: str | None, now_ms: int, exc: Exception
+    ) -> None:
+        """The rejection of a request the gateway failed on: plain values only, the input
+        carried as the bytes received."""
+        m, agent = self.metrics, self.agent
+        code = str(Reason.INTERNAL_ERROR)
+        correlation = record.header(HEADER_CORRELATION_ID)
+        headers = [(HEADER_CORRELATION_ID, correlation.encode())] if correlation else []
+        key = thread_id.encode() if thread_id is not None else record.key
+        carried = raw_input(record.value, MAX_CARRIED_INPUT)
+        reply = {
+            "verdict": str(Verdict.REJECT),
+            "agent": agent,
+            "threadId": thread_id,
+            "runId": None,
+            "correlationId": correlation,
+            "reasons": [
+                Finding(
+                    code,
+                    f"the gateway failed to judge this request ({type(exc).__name__}: {exc}); "
+                    "it is rejected, not forwarded. Please report it",
+                ).to_json()
+            ],
+            "warnings": [],
+            **carried,
+            "at": iso(now_ms),
+            "source": record.source(),
+        }
+        body = dumps(reply)
+        self.out.append(OutRecord(self.ctx.rejections_topic, key, body, headers))
+        reply_to = record.header(HEADER_REPLY_TO)
+        if reply_to and LEGAL_TOPIC.match(reply_to) and self.topic_exists(reply_to):
+            self.out.append(OutRecord(reply_to, key, body, headers))
+        self._decided.append(record.received)
+        self._defer(m.requests.labels(agent, str(Verdict.REJECT)).inc)
+        self._defer(m.rejections.labels(agent, code).inc)
 
     def _effects(
         self, record: InRecord, decision: Decision, thread_id: str | None, now_ms: int

@@ -23,6 +23,7 @@ def test_the_codes_are_the_documented_strings():
         "unrecognised_entry",
         "thread_unknown",
         "already_resumed",
+        "internal_error",
     } == {str(r) for r in Reason}
     assert {
         "unrecognised_entry",

@@ -409,3 +409,71 @@ def test_values_orjson_cannot_write_are_forwarded_and_remembered_exactly():
     (change,) = [r for r in pair.changelog_records() if r.value is not None]
     restored = changelog.decode(change.value)
     assert restored.interrupts[0].metadata == {"big": 2**70, "deep": _deep(300)}
+
+
+def test_a_defect_judging_one_request_rejects_it_and_the_partition_moves_on(monkeypatch):
+    import gateway.kafka.pair as pair_module
+
+    real_iso = pair_module.iso
+    calls = {"n": 0}
+
+    def iso_failing_once(ms):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return real_iso(ms)
+
+    monkeypatch.setattr(pair_module, "iso", iso_failing_once)
+    pair, registry = make_pair()
+    f = Feed()
+    pair.take("events", [f.rec("events", started(), 1), f.rec("events", interrupted(), 2)])
+    first = f.rec("requests", answer(), 3, headers=[("agui-reply-to", b"replies")])
+    pair.take("requests", [first, f.rec("requests", answer("r3"), 4)])
+    pair.set_fence(2)
+    pair.process(2, 0, 0)
+    # the first request failed after its forward was built: the forward is taken back
+    topics = out_topics(pair)
+    assert topics == ["agui.rejections", "replies", "agui.bot.run-requests"]
+    rejection = jsonio.loads(pair.out[0].value)
+    assert [r["code"] for r in rejection["reasons"]] == ["internal_error"]
+    assert "RuntimeError: boom" in rejection["reasons"][0]["detail"]
+    assert jsonio.loads(rejection["inputText"].encode()) == answer()
+    assert rejection["source"] == {"topic": "agui.bot.requests", "partition": 0, "offset": 0}
+    # the state was not touched by the failed request: the second answers the interrupt
+    assert jsonio.loads(pair.out[2].value)["runId"] == "r3"
+    assert pair.next_offsets == {"events": 2, "requests": 2}
+    pair.committed(0)
+    assert (
+        sample(registry, "agui_gateway_rejections_total", agent="bot", reason="internal_error") == 1
+    )
+    assert sample(registry, "agui_gateway_requests_total", agent="bot", verdict="forward") == 1
+
+
+def test_a_defect_applying_one_event_is_a_warning_and_leaves_the_state(monkeypatch):
+    import gateway.kafka.pair as pair_module
+
+    real = pair_module.apply_event
+
+    def failing_on_finish(state, thread_id, event, at):
+        if event.get("type") == "RUN_FINISHED" and event.get("runId") == "r1":
+            raise KeyError("boom")
+        return real(state, thread_id, event, at)
+
+    monkeypatch.setattr(pair_module, "apply_event", failing_on_finish)
+    pair, _ = make_pair()
+    f = Feed()
+    pair.take(
+        "events",
+        [
+            f.rec("events", started(), 1),
+            f.rec("events", interrupted(), 2),
+            f.rec("events", {"type": "RUN_STARTED", "threadId": "t2", "runId": "r9"}, 3, key="t2"),
+        ],
+    )
+    pair.process(None, 0, 0)
+    (warning,) = [jsonio.loads(r.value) for r in pair.out]
+    assert warning["code"] == "internal_error" and warning["threadId"] == "t1"
+    assert "KeyError" in warning["detail"]
+    assert pair.store.get("t1").status == "active"  # as before the failed event
+    assert pair.store.get("t2").status == "active"  # later events still applied
+    assert pair.next_offsets == {"events": 3}
