@@ -11,7 +11,6 @@ through `gateway.core.jsontext`, which writes any value read here.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
@@ -21,7 +20,10 @@ from gateway.core.jsontext import to_json
 JSONDecodeError = orjson.JSONDecodeError
 
 # 2**63 has 19 digits: a shorter run is always an exact 64-bit integer (or part of a float).
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# Found by mapping every digit to "0" and the rest to " ": several times faster than a
+# regular expression, which tries each position in turn.
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
 
 
 class TooDeep(ValueError):
@@ -31,7 +33,7 @@ class TooDeep(ValueError):
 def loads(data: bytes) -> Any:
     """The JSON value of `data`; raises JSONDecodeError (not JSON) or TooDeep."""
     value = orjson.loads(data)
-    if _LONG_DIGITS.search(data) is None:
+    if _LONG_RUN not in data.translate(_DIGITS_ONLY):
         return value
     try:
         return json.loads(data.decode("utf-8"))  # orjson validated it: same document
