@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from gateway.core.classify import EventKind, classify
 from gateway.core.codes import Rule, Warn
 from gateway.core.findings import Finding, pointer
-from gateway.core.shape import error_pointer
+from gateway.core.shape import Path, error_pointer, unknown_members
 from gateway.core.state import (
     InterruptRecord,
     RunStatus,
@@ -136,7 +136,7 @@ def apply_event(
 
 def _model(step: _Step, model: type[BaseModel], event: dict[str, Any]) -> BaseModel | None:
     try:
-        return model.model_validate(event, strict=True)
+        parsed = model.model_validate(event, strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = error_pointer(event, first)
@@ -146,6 +146,16 @@ def _model(step: _Step, model: type[BaseModel], event: dict[str, Any]) -> BaseMo
             path=where,
         )
         return None
+    unknown: list[Path] = []
+    unknown_members(parsed, event, (), unknown)
+    for path in unknown:
+        where = pointer(*path)
+        step.warn(
+            Warn.UNKNOWN_MEMBER_STRIPPED,
+            f"unknown member {where} of {event.get('type')} ignored",
+            path=where,
+        )
+    return parsed
 
 
 def _check_thread(step: _Step, model: RunStartedEvent | RunFinishedEvent) -> None:

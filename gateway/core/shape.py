@@ -82,7 +82,7 @@ def read_input(raw: dict[str, Any]) -> Shape:
             return shape
         shape.model = model
         shape.doc = doc
-        _unknown_members(model, doc, (), shape.unknown)
+        unknown_members(model, doc, (), shape.unknown)
         return shape
     shape.malformed = [("", f"more than {MAX_UNION_STRIPS} unrecognised union members")]
     return shape
@@ -143,7 +143,7 @@ def _raw_path(doc: Any, loc: tuple[Any, ...]) -> Path:
     return tuple(path)
 
 
-def _unknown_members(model: BaseModel, raw: Any, at: Path, out: list[Path]) -> None:
+def unknown_members(model: BaseModel, raw: Any, at: Path, out: list[Path]) -> None:
     if not isinstance(raw, dict):
         return
     extra = model.__pydantic_extra__
@@ -152,13 +152,13 @@ def _unknown_members(model: BaseModel, raw: Any, at: Path, out: list[Path]) -> N
     for name, key in _nested_fields(type(model)):
         value = getattr(model, name)
         if isinstance(value, BaseModel):
-            _unknown_members(value, raw.get(key), (*at, key), out)
+            unknown_members(value, raw.get(key), (*at, key), out)
         elif isinstance(value, list) and value:
             items = raw.get(key)
             if isinstance(items, list):
                 for index, (item, raw_item) in enumerate(zip(value, items, strict=False)):
                     if isinstance(item, BaseModel):
-                        _unknown_members(item, raw_item, (*at, key, index), out)
+                        unknown_members(item, raw_item, (*at, key, index), out)
 
 
 @cache

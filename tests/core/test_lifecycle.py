@@ -598,3 +598,34 @@ def test_a_closed_outcome_carrying_interrupts_is_malformed_and_fails_the_run(kin
     assert [(w.code, w.rule, w.path) for w in out.warnings] == [
         ("protocol_violation", "malformed_event", "/outcome/interrupts")
     ]
+
+
+def test_unknown_members_of_lifecycle_events_are_warned_about_by_path():
+    state, outcomes = replay(
+        [
+            run_started(custom=1, timestamp=5, rawEvent={"anything": 1}),
+            run_finished(interrupts=[interrupt("int-1", priority="high")], extra_member=True),
+        ]
+    )
+    assert state is not None and [i.id for i in state.interrupts] == ["int-1"]
+    found = [(w.code, w.path) for o in outcomes for w in o.warnings]
+    assert found == [
+        (str(Warn.UNKNOWN_MEMBER_STRIPPED), "/custom"),
+        (str(Warn.UNKNOWN_MEMBER_STRIPPED), "/extra_member"),
+        (str(Warn.UNKNOWN_MEMBER_STRIPPED), "/outcome/interrupts/0/priority"),
+    ]
+    assert "ignored" in outcomes[0].warnings[0].detail
+
+
+def test_known_members_and_open_objects_raise_no_unknown_member_warning():
+    metadata = {"anything": {"deeper": 1}}
+    state, outcomes = replay(
+        [
+            run_started(parentRunId="p", timestamp=1),
+            run_finished(
+                interrupts=[interrupt("int-1", metadata=metadata, responseSchema={"x": 1})]
+            ),
+        ]
+    )
+    assert state is not None
+    assert [w for o in outcomes for w in o.warnings] == []
