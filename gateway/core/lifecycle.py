@@ -193,13 +193,19 @@ def _start(step: _Step) -> None:
 def _first_event_start(step: _Step) -> None:
     step.violation(
         Rule.FIRST_EVENT,
-        f"the stream opens with {step.kind.value}; it must open with RUN_STARTED or RUN_ERROR",
+        f"the stream opens with {step.event.get('type')}; it must open with RUN_STARTED or "
+        "RUN_ERROR",
     )
     step.set(Change.STARTED, status=RunStatus.ACTIVE)
     TRANSITIONS[RunStatus.ACTIVE][step.kind](step)
 
 
 def _nested_start(step: _Step) -> None:
+    if step.state.run_id is None:
+        # The active run was opened by a stray first event (already flagged
+        # `first_event`): this RUN_STARTED names it.
+        _start(step)
+        return
     step.violation(
         Rule.NESTED_RUN_STARTED,
         f"RUN_STARTED for run {step.event.get('runId')!r} while run "

@@ -629,3 +629,12 @@ def test_known_members_and_open_objects_raise_no_unknown_member_warning():
     )
     assert state is not None
     assert [w for o in outcomes for w in o.warnings] == []
+
+
+def test_run_started_after_a_stray_first_event_names_the_run_once_flagged():
+    stray = {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}
+    state, outcomes = replay([stray, run_started(), run_finished(interrupts=[interrupt()])])
+    assert state is not None
+    assert (state.status, state.run_id) == (RunStatus.INTERRUPTED, RUN_1)
+    assert violations(outcomes) == [str(Rule.FIRST_EVENT)]
+    assert "TEXT_MESSAGE_START" in outcomes[0].warnings[0].detail
