@@ -95,6 +95,7 @@ class Gateway:
         self.refused: dict[str, str] = {}
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None
+        self.offsets: AIOKafkaConsumer | None = None  # end offsets for the fence
         self._lock = asyncio.Lock()
         self._restore_lock = asyncio.Lock()
         self._restore_tasks: set[asyncio.Task[None]] = set()
@@ -133,6 +134,18 @@ class Gateway:
             **self._common(),
         )
         await self.consumer.start()
+        # End offsets for the fence come from a client of their own: a broker answers a
+        # connection's requests in order, so on the consumer's connection the lookup
+        # waits behind a long-polling fetch (up to fetch_max_wait_ms) whenever the
+        # fetch covers only quiet partitions, and a round stalls for it.
+        self.offsets = AIOKafkaConsumer(
+            client_id=f"{s.client_id}-offsets",
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            metadata_max_age_ms=s.discovery_interval_ms,
+            **self._common(),
+        )
+        await self.offsets.start()
         self.consumer.subscribe(pattern=s.subscription_pattern(), listener=_Listener(self))
         self._running = True
         log.info("gateway started", extra={"settings": s.masked()})
@@ -158,6 +171,8 @@ class Gateway:
             self.by_tp.clear()
         if self.consumer is not None:
             await self.consumer.stop()  # leaves the group
+        if self.offsets is not None:
+            await self.offsets.stop()
         if self.admin is not None:
             await self.admin.close()
         log.info("gateway stopped")
@@ -245,8 +260,9 @@ class Gateway:
         tps = [s.events_tp for s in waiting if s.events_tp is not None]
         if not tps:
             return
+        assert self.offsets is not None
         try:
-            ends = await asyncio.wait_for(self.consumer.end_offsets(tps), timeout=10)
+            ends = await asyncio.wait_for(self.offsets.end_offsets(tps), timeout=10)
         except (KafkaError, TimeoutError) as exc:
             log.warning("end offsets lookup failed; requests wait", extra={"error": repr(exc)})
             return
