@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -188,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     json_path, md_path = write(result, args.out)
     ctx.log(f"wrote {json_path} and {md_path}")
+    if failures:
+        ctx.log(f"gateway logs of this run kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     print(md_path.read_text())
     return 1 if failures else 0
 
