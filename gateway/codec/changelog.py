@@ -79,7 +79,10 @@ def decode(value: bytes) -> ThreadState:
         raw_meta = item.pop("metadata_json", None)
         item["response_schema"] = _json_value(raw_schema)
         item["metadata"] = _json_value(raw_meta)
-    return from_dict(record)
+    try:
+        return from_dict(record)
+    except (ValueError, KeyError, TypeError) as exc:  # e.g. a status this version lacks
+        raise ChangelogFormatError(f"unreadable changelog state: {exc!r}") from None
 
 
 HEADER_STATUS = "agui-status"

@@ -30,6 +30,7 @@ class Reason(StrEnum):
     UNRECOGNISED_ENTRY = "unrecognised_entry"  # strict mode only
     THREAD_UNKNOWN = "thread_unknown"  # strict mode only
     ALREADY_RESUMED = "already_resumed"
+    INPUT_TOO_LARGE = "input_too_large"  # the forward would not fit a Kafka record
     INTERNAL_ERROR = "internal_error"  # the gateway failed on this request: a defect
 
 

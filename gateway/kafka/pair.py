@@ -63,6 +63,14 @@ _TYPE_PREFIX = b'{"type":"'
 # A rejection carries the original request up to this size; a larger one is
 # referenced by `source` instead, so the record always fits the topic's limit.
 MAX_CARRIED_INPUT = 512 * 1024
+# Every record the gateway writes stays under the producer's and the broker's default
+# limit (1 MiB): a record Kafka refuses would abort the round again and again.
+MAX_RECORD_BYTES = 1_000_000
+# What a record carries of the findings: the first few, each string bounded.
+MAX_CARRIED_FINDINGS = 50
+MAX_FINDING_TEXT = 1_000
+# A record key longer than this is no usable threadId (and could not be written back).
+MAX_KEY_BYTES = 8 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +91,54 @@ class PairContext:
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms since the epoch"  # a record timestamp outside years 1-9999
+
+
+def _short(text: str) -> str:
+    if len(text) <= MAX_FINDING_TEXT:
+        return text
+    return f"{text[:MAX_FINDING_TEXT]}... ({len(text):,} characters)"
+
+
+def carried(finding: Finding) -> dict[str, Any]:
+    """A finding as a record carries it: long strings (a huge unknown key's path) cut."""
+    return {k: _short(v) if isinstance(v, str) else v for k, v in finding.to_json().items()}
+
+
+def carried_list(findings: Any, name: str) -> dict[str, Any]:
+    """`{name: [...]}` with at most MAX_CARRIED_FINDINGS findings, and how many were left out."""
+    findings = list(findings)
+    out: dict[str, Any] = {name: [carried(f) for f in findings[:MAX_CARRIED_FINDINGS]]}
+    if len(findings) > MAX_CARRIED_FINDINGS:
+        out[f"{name}Omitted"] = len(findings) - MAX_CARRIED_FINDINGS
+    return out
+
+
+def fitted(body: dict[str, Any], raw: bytes | None) -> bytes:
+    """JSON of a rejection or reply, under MAX_RECORD_BYTES whatever its input was.
+
+    The input is carried parsed; if that grows too large when written again
+    (`1E9` becomes `1000000000.0`), as the text received; failing that, not at all.
+    """
+    value = dumps(body)
+    if len(value) <= MAX_RECORD_BYTES or "input" not in body:
+        return value
+    slim = {k: v for k, v in body.items() if k not in ("input", "inputText", "inputBase64")}
+    value = dumps({**slim, **raw_input(raw, MAX_CARRIED_INPUT)})
+    if len(value) <= MAX_RECORD_BYTES:
+        return value
+    omitted = f"{len(raw or b'')} bytes, too large to carry; read it at `source`"
+    return dumps({**slim, "input": None, "inputOmitted": omitted})
+
+
+def _output_key(record: Any, thread_id: str | None) -> bytes | None:
+    if thread_id is not None:
+        return thread_id.encode()
+    key = record.key
+    return key if key is not None and len(key) <= MAX_KEY_BYTES else None
 
 
 class PartitionPair:
@@ -115,6 +170,7 @@ class PartitionPair:
         self.waiting_since: float | None = None
         # pending until the round's transaction commits
         self.out: list[OutRecord] = []
+        self._admitted: list[Any] = []  # the limiter's changes this round, for an abort
         self.next_offsets: dict[str, int] = {}  # "events"/"requests" -> next offset
         self._deferred: list[Callable[[], None]] = []
         self._event_counts: Counter[str] = Counter()
@@ -231,7 +287,7 @@ class PartitionPair:
                 None,
                 None,
                 Rule.MISSING_KEY,
-                "event record has no UTF-8 key; the key must be the threadId. Dropped",
+                f"event record has {_key_problem(record)}; the key must be the threadId. Dropped",
             )
             return
         state = self.store.get(thread_id)
@@ -319,7 +375,8 @@ class PartitionPair:
                 reasons=(
                     Finding(
                         str(Reason.THREAD_MISMATCH),
-                        "the request record has no UTF-8 key; the key must be the threadId",
+                        f"the request record has {_key_problem(record)}; the key must be the "
+                        "threadId",
                     ),
                 ),
             )
@@ -335,20 +392,28 @@ class PartitionPair:
             else:
                 state = self.store.get(thread_id)
                 decision, new = judge(state, raw, now_ms, self.policy, thread_id)
+        forward: bytes | None = None
+        if decision.verdict is Verdict.FORWARD:
+            forward = dumps(decision.input)
+            if len(forward) > MAX_RECORD_BYTES:
+                decision = _too_large(decision, len(forward))
+                forward, new = None, None  # not forwarded: nothing to remember
         self._decided.append(record.received)
-        self._effects(record, decision, thread_id, now_ms)
+        self._effects(record, decision, thread_id, now_ms, forward)
         if new is not None and new is not state:
             self._put(state, new)  # last: nothing above is left half done
 
-    def _mark(self) -> tuple[int, int, int]:
-        return len(self.out), len(self._deferred), len(self._decided)
+    def _mark(self) -> tuple[int, int, int, int]:
+        return len(self.out), len(self._deferred), len(self._decided), len(self._admitted)
 
-    def _undo(self, mark: tuple[int, int, int]) -> None:
+    def _undo(self, mark: tuple[int, int, int, int]) -> None:
         """Forget what a record that failed half way added to the round."""
-        out, deferred, decided = mark
+        out, deferred, decided, admitted = mark
         del self.out[out:]
         del self._deferred[deferred:]
         del self._decided[decided:]
+        self.limiter.undo(self._admitted[admitted:])
+        del self._admitted[admitted:]
 
     def _internal_error(
         self, record: InRecord, thread_id: str | None, now_ms: int, exc: Exception
@@ -359,8 +424,8 @@ class PartitionPair:
         code = str(Reason.INTERNAL_ERROR)
         correlation = record.header(HEADER_CORRELATION_ID)
         headers = [(HEADER_CORRELATION_ID, correlation.encode())] if correlation else []
-        key = thread_id.encode() if thread_id is not None else record.key
-        carried = raw_input(record.value, MAX_CARRIED_INPUT)
+        key = _output_key(record, thread_id)
+        as_received = raw_input(record.value, MAX_CARRIED_INPUT)
         reply = {
             "verdict": str(Verdict.REJECT),
             "agent": agent,
@@ -368,18 +433,20 @@ class PartitionPair:
             "runId": None,
             "correlationId": correlation,
             "reasons": [
-                Finding(
-                    code,
-                    f"the gateway failed to judge this request ({type(exc).__name__}: {exc}); "
-                    "it is rejected, not forwarded. Please report it",
-                ).to_json()
+                carried(
+                    Finding(
+                        code,
+                        f"the gateway failed to judge this request ({type(exc).__name__}: "
+                        f"{exc}); it is rejected, not forwarded. Please report it",
+                    )
+                )
             ],
             "warnings": [],
-            **carried,
+            **as_received,
             "at": iso(now_ms),
             "source": record.source(),
         }
-        body = dumps(reply)
+        body = fitted(reply, record.value)
         self.out.append(OutRecord(self.ctx.rejections_topic, key, body, headers))
         reply_to = record.header(HEADER_REPLY_TO)
         if reply_to and LEGAL_TOPIC.match(reply_to) and self.topic_exists(reply_to):
@@ -389,13 +456,18 @@ class PartitionPair:
         self._defer(m.rejections.labels(agent, code).inc)
 
     def _effects(
-        self, record: InRecord, decision: Decision, thread_id: str | None, now_ms: int
+        self,
+        record: InRecord,
+        decision: Decision,
+        thread_id: str | None,
+        now_ms: int,
+        forward: bytes | None,
     ) -> None:
         m, agent = self.metrics, self.agent
         self._defer(m.requests.labels(agent, str(decision.verdict)).inc)
         correlation = record.header(HEADER_CORRELATION_ID)
         headers = [(HEADER_CORRELATION_ID, correlation.encode())] if correlation else []
-        key = thread_id.encode() if thread_id is not None else record.key
+        key = _output_key(record, thread_id)
         envelope: dict[str, Any] = {
             "verdict": str(decision.verdict),
             "agent": agent,
@@ -407,9 +479,8 @@ class PartitionPair:
             self._warn(warning, record, thread_id, decision.run_id)
         reply: dict[str, Any]
         if decision.verdict is Verdict.FORWARD:
-            self.out.append(
-                OutRecord(self.topics.run_requests, key, dumps(decision.input), headers)
-            )
+            assert forward is not None
+            self.out.append(OutRecord(self.topics.run_requests, key, forward, headers))
             for answer in decision.answers:
                 if answer.raised_at_ms is not None:
                     seconds = max(0.0, (record.timestamp - answer.raised_at_ms) / 1000)
@@ -419,19 +490,20 @@ class PartitionPair:
                     self._defer(functools.partial(hist.observe, seconds))
             reply = {
                 **envelope,
-                "warnings": [w.to_json() for w in decision.warnings],
+                **carried_list(decision.warnings, "warnings"),
                 "at": iso(now_ms),
             }
         elif decision.verdict is Verdict.REJECT:
             reply = {
                 **envelope,
-                "reasons": [r.to_json() for r in decision.reasons],
-                "warnings": [w.to_json() for w in decision.warnings],
+                **carried_list(decision.reasons, "reasons"),
+                **carried_list(decision.warnings, "warnings"),
                 **original_input(record.value, MAX_CARRIED_INPUT),
                 "at": iso(now_ms),
                 "source": record.source(),
             }
-            self.out.append(OutRecord(self.ctx.rejections_topic, key, dumps(reply), headers))
+            reply_body = fitted(reply, record.value)
+            self.out.append(OutRecord(self.ctx.rejections_topic, key, reply_body, headers))
             for reason in decision.reasons:
                 self._defer(m.rejections.labels(agent, reason.code).inc)
                 if reason.code == Reason.UNCOVERED_INTERRUPT:
@@ -445,13 +517,13 @@ class PartitionPair:
         reply_to = record.header(HEADER_REPLY_TO)
         if reply_to:
             if LEGAL_TOPIC.match(reply_to) and self.topic_exists(reply_to):
-                self.out.append(OutRecord(reply_to, key, dumps(reply), headers))
+                self.out.append(OutRecord(reply_to, key, fitted(reply, record.value), headers))
             else:
                 self._warn(
                     Finding(
                         str(Warn.REPLY_TOPIC_UNKNOWN),
-                        f"reply topic {reply_to!r} does not exist or is not a legal topic "
-                        "name; no reply sent",
+                        f"reply topic {_short(reply_to)!r} does not exist, is not a legal "
+                        "topic name, or is one of the gateway's own topics; no reply sent",
                     ),
                     record,
                     thread_id,
@@ -540,13 +612,13 @@ class PartitionPair:
         elif warning.code == Warn.UNRECOGNISED_ENTRY:
             self._defer(m.unrecognised_entries.labels(agent).inc)
         admitted, suppressed = self.limiter.admit(
-            (agent, thread_id or "", warning.code, warning.rule or ""), at
+            (agent, thread_id or "", warning.code, warning.rule or ""), at, self._admitted
         )
         if not admitted:
             self._defer(m.warnings_suppressed.labels(agent, warning.code).inc)
             return
         body: dict[str, Any] = {
-            **warning.to_json(),
+            **carried(warning),
             "agent": agent,
             "threadId": thread_id,
             "runId": run_id,
@@ -622,6 +694,7 @@ class PartitionPair:
 
     def aborted(self) -> None:
         """The round's transaction aborted: forget everything it decided."""
+        self.limiter.undo(self._admitted)
         self.store.rollback()
         self._active = set(self._active_committed)
         self.events.clear()
@@ -631,6 +704,7 @@ class PartitionPair:
         self._reset_round()
 
     def _reset_round(self) -> None:
+        self._admitted = []
         self.out = []
         self.next_offsets = {}
         self._deferred = []
@@ -641,8 +715,29 @@ class PartitionPair:
         self.dirty_since = None
 
 
+def _too_large(decision: Decision, size: int) -> Decision:
+    reason = Finding(
+        str(Reason.INPUT_TOO_LARGE),
+        f"the input to forward is {size:,} bytes, over the {MAX_RECORD_BYTES:,} a record the "
+        "gateway writes may have",
+    )
+    return Decision(
+        Verdict.REJECT,
+        reasons=(reason,),
+        warnings=decision.warnings,
+        thread_id=decision.thread_id,
+        run_id=decision.run_id,
+    )
+
+
+def _key_problem(record: Any) -> str:
+    if record.key is not None and len(record.key) > MAX_KEY_BYTES:
+        return f"a key of {len(record.key):,} bytes, over the {MAX_KEY_BYTES:,} a threadId may have"
+    return "no UTF-8 key"
+
+
 def _thread_of(record: Any) -> str | None:
-    if not record.key:
+    if not record.key or len(record.key) > MAX_KEY_BYTES:
         return None
     try:
         return record.key.decode("utf-8")

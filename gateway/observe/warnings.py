@@ -7,7 +7,8 @@ of that key that passes (`suppressed` in the record).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 MAX_KEYS = 100_000
 
@@ -25,9 +26,17 @@ class WarningLimiter:
         self._window_ms = window_ms
         self._windows: dict[tuple[str, ...], _Window] = {}
 
-    def admit(self, key: tuple[str, ...], now_ms: int) -> tuple[bool, int]:
-        """(publish?, warnings suppressed on this key since the last published one)."""
+    def admit(
+        self, key: tuple[str, ...], now_ms: int, journal: list[Any] | None = None
+    ) -> tuple[bool, int]:
+        """(publish?, warnings suppressed on this key since the last published one).
+
+        With `journal`, what this call changes is noted there so `undo` can take it
+        back (a warning of a round that aborts must not count against the burst).
+        """
         window = self._windows.get(key)
+        if journal is not None:
+            journal.append((key, None if window is None else replace(window)))
         if window is None or now_ms - window.start_ms >= self._window_ms:
             carried = window.suppressed if window is not None else 0
             if len(self._windows) >= MAX_KEYS:
@@ -40,6 +49,15 @@ class WarningLimiter:
             return True, carried
         window.suppressed += 1
         return False, 0
+
+    def undo(self, journal: list[Any]) -> None:
+        """Restore the windows `admit` changed, latest first."""
+        for key, window in reversed(journal):
+            if window is None:
+                self._windows.pop(key, None)
+            else:
+                self._windows[key] = window
+        journal.clear()
 
     def _forget(self, now_ms: int) -> None:
         stale = [k for k, w in self._windows.items() if now_ms - w.start_ms >= self._window_ms]

@@ -91,3 +91,13 @@ def test_hints_carry_status_and_open_count_and_tolerate_absence():
     assert changelog.read_hints(headers) == ("interrupted", 2)
     assert changelog.read_hints([]) is None
     assert changelog.read_hints([("agui-status", b"active"), ("agui-open", b"x")]) is None
+
+
+def test_a_state_this_version_cannot_hold_is_a_format_error():
+    record = changelog.to_dict(ThreadState("t"))
+    record["status"] = "paused-in-a-later-version"
+    out = io.BytesIO()
+    out.write(bytes([changelog.CURRENT_VERSION]))
+    schemaless_writer(out, changelog.schema(changelog.CURRENT_VERSION), record)
+    with pytest.raises(changelog.ChangelogFormatError, match="unreadable changelog state"):
+        changelog.decode(out.getvalue())

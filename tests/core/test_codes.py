@@ -24,6 +24,7 @@ def test_the_codes_are_the_documented_strings():
         "thread_unknown",
         "already_resumed",
         "internal_error",
+        "input_too_large",
     } == {str(r) for r in Reason}
     assert {
         "unrecognised_entry",

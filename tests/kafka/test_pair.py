@@ -477,3 +477,93 @@ def test_a_defect_applying_one_event_is_a_warning_and_leaves_the_state(monkeypat
     assert pair.store.get("t1").status == "active"  # as before the failed event
     assert pair.store.get("t2").status == "active"  # later events still applied
     assert pair.next_offsets == {"events": 3}
+
+
+def test_a_rejection_with_thousands_of_findings_stays_a_writable_record():
+    from gateway.kafka.pair import MAX_CARRIED_FINDINGS, MAX_RECORD_BYTES
+
+    pair, _ = make_pair()
+    f = Feed()
+    request = answer("r2", "nobody")  # does not cover "a": rejected
+    for n in range(12_000):
+        request[f"unknown_member_with_a_long_name_{n:05d}"] = n
+    pair.take("events", [f.rec("events", started(), 1), f.rec("events", interrupted(), 2)])
+    pair.take("requests", [f.rec("requests", request, 3, headers=[("agui-reply-to", b"replies")])])
+    pair.set_fence(2)
+    pair.process(2, 0, 0)
+    rejection, reply = (r for r in pair.out if r.topic in ("agui.rejections", "replies"))
+    for record in (rejection, reply):
+        assert len(record.value) <= MAX_RECORD_BYTES
+        body = jsonio.loads(record.value)
+        assert len(body["warnings"]) == MAX_CARRIED_FINDINGS
+        assert body["warningsOmitted"] == 12_001 - MAX_CARRIED_FINDINGS  # and one unrecognised
+        assert [r["code"] for r in body["reasons"]] == ["uncovered_interrupt"]
+
+
+def test_an_input_that_grows_when_written_again_is_carried_as_text_or_rejected():
+    from gateway.kafka.pair import MAX_RECORD_BYTES
+
+    pair, _ = make_pair()
+    f = Feed()
+    numbers = b"[" + b",".join([b"1E9"] * 120_000) + b"]"  # 1E9 is written 1000000000.0
+    body = jsonio.dumps(answer("r2"))[:-1] + b',"forwardedProps":' + numbers + b"}"
+    assert len(body) < 512 * 1024 and len(body) * 2 < len(jsonio.dumps(jsonio.loads(body)))
+    pair.take("requests", [f.rec("requests", body, 3)])
+    pair.set_fence(0)
+    pair.process(0, 0, 0)
+    # a thread never seen: it would be forwarded, but the forward would not fit a record
+    (rejection,) = [r for r in pair.out if r.topic == "agui.rejections"]
+    assert len(rejection.value) <= MAX_RECORD_BYTES
+    carried = jsonio.loads(rejection.value)
+    assert [r["code"] for r in carried["reasons"]] == ["input_too_large"]
+    assert carried["input"] is None and carried["inputText"].encode() == body
+    assert pair.store.get("t1") is None  # nothing forwarded, nothing remembered
+
+
+def test_an_event_timestamp_beyond_year_9999_does_not_stop_the_pair():
+    pair, _ = make_pair()
+    f = Feed()
+    far = 300_000_000_000_000  # year 11,476
+    pair.take("events", [f.rec("events", started(), far, key=None), f.rec("events", started(), 5)])
+    pair.process(None, 0, 0)
+    warning = jsonio.loads(pair.out[0].value)
+    assert warning["rule"] == "missing_key" and warning["at"] == f"{far} ms since the epoch"
+    assert pair.store.get("t1").status == "active"
+
+
+def test_a_key_too_long_to_be_a_thread_id_is_refused_and_never_written_back():
+    pair, _ = make_pair()
+    f = Feed()
+    huge = "k" * (9 * 1024)
+    pair.take("events", [f.rec("events", started(), 1, key=huge)])
+    pair.take("requests", [f.rec("requests", answer(), 2, key=huge)])
+    pair.set_fence(1)
+    pair.process(1, 0, 0)
+    warning, rejection = pair.out
+    assert warning.key is None and rejection.key is None
+    assert "a key of 9,216 bytes" in jsonio.loads(warning.value)["detail"]
+    assert jsonio.loads(rejection.value)["reasons"][0]["code"] == "thread_mismatch"
+    assert pair.changelog_records() == []
+
+
+def test_warnings_of_an_aborted_round_are_published_when_it_is_replayed():
+    pair, registry = make_pair()  # burst 5 per thread and code
+    f = Feed()
+    unknown = [f.rec("events", {"type": f"CUSTOM_{n}"}, n) for n in range(5)]
+    pair.take("events", unknown)
+    pair.process(None, 0, 0)
+    assert len(pair.out) == 5
+    pair.aborted()
+    pair.take("events", unknown)  # read again from the last commit
+    pair.process(None, 0, 0)
+    assert len(pair.out) == 5  # not suppressed by the aborted attempt
+    pair.committed(0)
+    assert (
+        sample(
+            registry,
+            "agui_gateway_warnings_suppressed_total",
+            agent="bot",
+            code="unknown_event_type",
+        )
+        == 0
+    )
