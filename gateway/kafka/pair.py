@@ -12,7 +12,7 @@ import functools
 import logging
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -663,16 +663,51 @@ class PartitionPair:
                     )
                 )
                 continue
+            value: bytes | None = changelog.encode(state)
+            if value is not None and len(value) > MAX_RECORD_BYTES:
+                value = self._slimmed(state, len(value))
+                if value is None:
+                    continue
             out.append(
                 OutRecord(
                     self.topics.changelog,
                     thread_id.encode(),
-                    changelog.encode(state),
+                    value,
                     changelog.hints(state),
                     partition=self.partition,
                 )
             )
         return out
+
+    def _slimmed(self, state: ThreadState, size: int) -> bytes | None:
+        """A state too large for one record: kept without what makes it large.
+
+        The interrupts' `responseSchema` and `metadata` go first (payloads are then
+        not checked), then their messages. The state in memory becomes the one
+        written, so a restart judges as this instance does. A state still too large
+        is kept in memory only: a record Kafka refuses would abort every round.
+        """
+        lighter: list[dict[str, Any]] = [
+            {"response_schema": None, "metadata": None},
+            {"response_schema": None, "metadata": None, "message": None},
+        ]
+        for fields in lighter:
+            slim = replace(state, interrupts=tuple(replace(i, **fields) for i in state.interrupts))
+            value = changelog.encode(slim)
+            if len(value) <= MAX_RECORD_BYTES:
+                self.store.put(slim)  # replaces its pending value: the dict keeps its size
+                log.error(
+                    "thread state too large for a changelog record; written without "
+                    f"the interrupts' {', '.join(fields)}",
+                    extra={"agent": self.agent, "threadId": state.thread_id, "bytes": size},
+                )
+                return value
+        log.error(
+            "thread state too large for a changelog record even without its interrupts' "
+            "schemas, metadata and messages; kept in memory only",
+            extra={"agent": self.agent, "threadId": state.thread_id, "bytes": size},
+        )
+        return None
 
     def committed(self, mono_now: float) -> None:
         """The round's transaction committed: make its effects visible."""

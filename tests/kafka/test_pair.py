@@ -567,3 +567,25 @@ def test_warnings_of_an_aborted_round_are_published_when_it_is_replayed():
         )
         == 0
     )
+
+
+def test_a_state_too_large_for_one_record_is_written_without_its_schemas():
+    from gateway.kafka.pair import MAX_RECORD_BYTES
+
+    pair, _ = make_pair()
+    f = Feed()
+    finished = interrupted("r1", "a", "b")
+    big = {"description": "x" * 600_000}
+    for item in finished["outcome"]["interrupts"]:
+        item["responseSchema"] = big
+        item["message"] = "answer me"
+    pair.take("events", [f.rec("events", started(), 1), f.rec("events", finished, 2)])
+    pair.process(None, 0, 0)
+    (record,) = pair.changelog_records()
+    assert len(record.value) <= MAX_RECORD_BYTES
+    written = changelog.decode(record.value)
+    assert [(i.id, i.response_schema, i.message) for i in written.interrupts] == [
+        ("a", None, "answer me"),
+        ("b", None, "answer me"),
+    ]
+    assert pair.store.get("t1") == written  # memory judges as a restart would
