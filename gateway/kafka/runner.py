@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ PairKey = tuple[str, int]
 SWEEP_SLICE = 1000  # threads a pair's sweep looks at per round (decoding restored ones)
 SWEEP_CHANGES = 100  # expiries announced or threads forgotten per pair per round
 PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a commit
+PREPARE_RETRY_S = 0.5  # first backoff before preparing failed pairs again
+PREPARE_RETRY_MAX_S = 30.0
 
 
 @dataclass
@@ -54,6 +57,7 @@ class PairSlot:
     producer: AIOKafkaProducer | None = None
     ready: bool = False
     committed: dict[TopicPartition, int] = field(default_factory=dict)
+    discarded: bool = False  # given up: never committed or prepared again
 
     def tps(self) -> list[TopicPartition]:
         return [tp for tp in (self.events_tp, self.requests_tp) if tp is not None]
@@ -93,12 +97,29 @@ class Gateway:
         self.slots: dict[PairKey, PairSlot] = {}
         self.by_tp: dict[TopicPartition, tuple[PairKey, str]] = {}
         self.refused: dict[str, str] = {}
+        # Pairs given up (fenced, or revoked mid-round) whose partitions may still be
+        # assigned here, paused: not ready until the next assignment settles them.
+        self.dropped: set[PairKey] = set()
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None
         self.offsets: AIOKafkaConsumer | None = None  # end offsets for the fence
         self._lock = asyncio.Lock()
         self._restore_lock = asyncio.Lock()
         self._restore_tasks: set[asyncio.Task[None]] = set()
+        self._closers: set[asyncio.Task[None]] = set()
+        # A reply must never land in a topic the gateway itself reads or writes, for
+        # any agent: in a changelog it would corrupt restored state, elsewhere it
+        # would pose as the gateway's own output or input.
+        self._own_topics = {settings.rejections_topic, settings.warnings_topic}
+        self._own_patterns: list[re.Pattern[str]] = [
+            settings.topic_regex(template)
+            for template in (
+                settings.events_topic,
+                settings.requests_topic,
+                settings.run_requests_topic,
+                settings.changelog_topic,
+            )
+        ]
         self._running = False
         self._assigned_once = False
         self._last_sweep = 0.0
@@ -169,6 +190,8 @@ class Gateway:
                 await self._close_producer(slot)
             self.slots.clear()
             self.by_tp.clear()
+        if self._closers:  # producers of pairs given up mid-round: they need the lock
+            await asyncio.gather(*list(self._closers), return_exceptions=True)
         if self.consumer is not None:
             await self.consumer.stop()  # leaves the group
         if self.offsets is not None:
@@ -181,11 +204,13 @@ class Gateway:
         restoring = [
             f"{a}/{p}" for (a, p), s in self.slots.items() if not s.ready and a not in self.refused
         ]
-        ok = self._running and self._assigned_once and not restoring
+        dropped = sorted(f"{a}/{p}" for a, p in self.dropped if a not in self.refused)
+        ok = self._running and self._assigned_once and not restoring and not dropped
         return ok, {
             "running": self._running,
             "assigned": sorted(f"{a}/{p}" for a, p in self.slots),
             "restoring": restoring,
+            "dropped": dropped,
             "refused": self.refused,
         }
 
@@ -208,6 +233,8 @@ class Gateway:
         await self._fences(ready)
         wall_ms = int(self.wall_clock() * 1000)
         for slot in ready:
+            if slot.discarded:
+                continue  # revoked while this round waited
             if slot.pair.has_work():
                 position: int | None = 0  # no events topic: nothing to wait for
                 if slot.events_tp is not None and slot.pair.requests:
@@ -233,7 +260,7 @@ class Gateway:
         due = []
         for slot in ready:
             pair = slot.pair
-            if not pair.has_pending():
+            if slot.discarded or not pair.has_pending():
                 continue
             if pair.dirty_since is None:
                 pair.dirty_since = mono
@@ -244,7 +271,10 @@ class Gateway:
             ):
                 due.append(slot)
         if due:
-            await asyncio.gather(*(self._commit(s) for s in due))
+            results = await asyncio.gather(*(self._commit(s) for s in due))
+            failed = [s for s, ok in zip(due, results, strict=True) if not ok and self._holds(s)]
+            if failed:
+                self._start_prepare(failed)  # a fresh producer before they process again
             self._gauges()
         if mono - self._last_lag >= 5:
             self._last_lag = mono
@@ -270,12 +300,19 @@ class Gateway:
             if slot.events_tp is not None and slot.events_tp in ends:
                 slot.pair.set_fence(ends[slot.events_tp])
 
-    async def _commit(self, slot: PairSlot) -> None:
+    async def _commit(self, slot: PairSlot) -> bool:
+        """Commit the pair's round in one transaction; False if it did not commit.
+
+        A failed transaction leaves the pair not ready and without a producer: the
+        failure may have put that producer in a fatal state where every later
+        transaction fails, so the pair is prepared again with a fresh one (whose
+        initialisation also fences any zombie holding the same transactional id).
+        """
         assert self.consumer is not None
         pair = slot.pair
         producer = slot.producer
-        if producer is None:
-            return
+        if producer is None or slot.discarded:
+            return False
         records = pair.out + pair.changelog_records()
         offsets = {}
         for side, offset in pair.next_offsets.items():
@@ -291,17 +328,20 @@ class Gateway:
             if offsets:
                 await producer.send_offsets_to_transaction(offsets, self.settings.group_id)
             await producer.commit_transaction()
-        except ProducerFenced:
-            self.metrics.transactions.labels("fenced").inc()
-            log.error(
-                "producer fenced: another instance owns this pair now",
-                extra={"agent": pair.agent, "partition": pair.partition},
-            )
-            pair.aborted()
-            self.consumer.pause(*slot.tps())  # not ours: never read past the committed offset
-            await self._drop(slot)
-            return
         except Exception as exc:
+            if _fenced(producer, exc):
+                self.metrics.transactions.labels("fenced").inc()
+                log.error(
+                    "producer fenced: another instance owns this pair now",
+                    extra={"agent": pair.agent, "partition": pair.partition},
+                )
+                pair.aborted()
+                if not slot.discarded:
+                    self._pause(slot)  # not ours: never read past the committed offset
+                    if self._holds(slot):
+                        self.dropped.add((pair.agent, pair.partition))
+                    await self._drop(slot)
+                return False
             self.metrics.transactions.labels("aborted").inc()
             log.error(
                 "transaction failed; rewinding to the last commit",
@@ -310,15 +350,31 @@ class Gateway:
             with contextlib.suppress(Exception):
                 await producer.abort_transaction()
             pair.aborted()
+            if slot.discarded:
+                return False  # its producer is closed by whoever discarded it
+            slot.ready = False
+            self._pause(slot)
+            await self._close_producer(slot)
             await self._rewind(slot)
-            return
+            return False
         self.metrics.transactions.labels("committed").inc()
         slot.committed.update(offsets)
         pair.committed(time.monotonic())
+        return True
+
+    def _pause(self, slot: PairSlot) -> None:
+        assert self.consumer is not None
+        assignment = self.consumer.assignment()
+        live = [tp for tp in slot.tps() if tp in assignment]
+        if live:
+            self.consumer.pause(*live)
 
     async def _rewind(self, slot: PairSlot) -> None:
         assert self.consumer is not None
+        assignment = self.consumer.assignment()
         for tp in slot.tps():
+            if tp not in assignment:
+                continue  # revoked meanwhile: its next owner starts at the committed offset
             offset = slot.committed.get(tp)
             if offset is None:
                 offset = await self.consumer.committed(tp)
@@ -367,35 +423,81 @@ class Gateway:
     # --- rebalancing ----------------------------------------------------------------------
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Commit what the revoked pairs decided, then hold them until the next assignment.
+
+        A pair whose commit does not finish in time, or every revoked pair when the
+        round does not finish in time, is discarded: its transaction may still
+        complete in the background, so its memory can no longer be trusted. A later
+        assignment rebuilds it from Kafka (committed offsets, changelog), and its new
+        producer's initialisation settles that transaction first.
+        """
         try:
             await asyncio.wait_for(self._lock.acquire(), timeout=self.settings.revoke_timeout_s)
         except TimeoutError:
             log.error(
-                "round did not finish within revoke_timeout_s; its transaction will be "
-                "aborted when the next owner fences this instance"
+                "round did not finish within revoke_timeout_s; dropping the revoked pairs "
+                "(their transaction is aborted when the next owner fences this instance)"
             )
+            self._cancel_prepares()
+            for slot in self._revoked(revoked):
+                self._discard(slot)
+            self._gauges()
             return
         try:
-            for task in list(self._restore_tasks):
-                task.cancel()
-            for slot in list(self.slots.values()):
-                if not slot.tps() or not set(slot.tps()) & revoked:
-                    continue
+            self._cancel_prepares()
+            for slot in self._revoked(revoked):
                 if slot.ready and slot.pair.has_pending():
-                    await asyncio.wait_for(
-                        self._commit(slot), timeout=self.settings.revoke_timeout_s
-                    )
+                    try:
+                        await asyncio.wait_for(
+                            self._commit(slot), timeout=self.settings.revoke_timeout_s
+                        )
+                    except TimeoutError:
+                        log.error(
+                            "commit on revoke timed out; dropping the pair",
+                            extra={"agent": slot.pair.agent, "partition": slot.pair.partition},
+                        )
+                        self._discard(slot)
+                        continue
                 slot.pair.aborted()  # drop buffers: positions restart at the committed offsets
                 slot.ready = False
-        except TimeoutError:
-            log.error("commit on revoke timed out")
+            self._gauges()
         finally:
             self._lock.release()
+
+    def _revoked(self, revoked: set[TopicPartition]) -> list[PairSlot]:
+        return [s for s in self.slots.values() if set(s.tps()) & revoked]
+
+    def _cancel_prepares(self) -> None:
+        for task in list(self._restore_tasks):
+            task.cancel()
+
+    def _discard(self, slot: PairSlot) -> None:
+        """Forget a pair entirely; it stays listed as dropped until the next assignment.
+
+        Its producer is closed once no round runs: a round may be inside its
+        transaction, and stopping a producer there leaves that await hanging forever.
+        """
+        key = (slot.pair.agent, slot.pair.partition)
+        slot.discarded = True
+        slot.ready = False
+        if self._holds(slot):
+            del self.slots[key]
+            for tp in slot.tps():
+                self.by_tp.pop(tp, None)
+            self.dropped.add(key)
+        closer = asyncio.create_task(self._close_after_round(slot))
+        self._closers.add(closer)
+        closer.add_done_callback(self._closers.discard)
+
+    async def _close_after_round(self, slot: PairSlot) -> None:
+        async with self._lock:
+            await self._close_producer(slot)
 
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Take the assignment: every pair stays paused until `_prepare` made it ready."""
         assert self.consumer is not None
         self._assigned_once = True
+        self.dropped.clear()  # settled: rebuilt below if still ours, else gone
         wanted: dict[PairKey, dict[str, TopicPartition]] = {}
         for tp in assigned:
             found = self.names.classify(tp.topic)
@@ -418,7 +520,7 @@ class Gateway:
                         self.context,
                         self.metrics,
                         self.limiter,
-                        self._topic_exists,
+                        self._reply_topic_allowed,
                     ),
                     None,
                     None,
@@ -430,9 +532,12 @@ class Gateway:
             slot.ready = False
             pending.append(slot)
         if pending:
-            task = asyncio.create_task(self._prepare(pending))
-            self._restore_tasks.add(task)
-            task.add_done_callback(self._restore_tasks.discard)
+            self._start_prepare(pending)
+
+    def _start_prepare(self, slots: list[PairSlot]) -> None:
+        task = asyncio.create_task(self._prepare(slots))
+        self._restore_tasks.add(task)
+        task.add_done_callback(self._restore_tasks.discard)
 
     async def _check_agent(self, agent: str) -> str | None:
         """Why an agent must be refused, or None: co-partitioning and its changelog."""
@@ -458,63 +563,65 @@ class Gateway:
 
         Failures are retried with backoff until they succeed or the pairs are revoked:
         a pair is never processed unprepared, and its partitions stay paused meanwhile.
+        Each pass tries every pair, so one that keeps failing holds up no other.
         """
-        delay = 0.5
+        delay = PREPARE_RETRY_S
         refused: dict[str, str] = {}
         checked: set[str] = set()
         todo = list(slots)
-        while todo:
-            slot = todo[0]
-            agent = slot.pair.agent
-            try:
-                if agent not in checked:
-                    why = await self._check_agent(agent)
-                    checked.add(agent)
-                    if why:
-                        refused[agent] = why
-                        self.refused[agent] = why
-                        log.error(why, extra={"agent": agent})
-                        self._gauges()
-                if agent in refused:
-                    todo.pop(0)
+        while True:
+            todo = [s for s in todo if self._holds(s) and s.pair.agent not in refused]
+            for agent in dict.fromkeys(s.pair.agent for s in todo):
+                if agent in checked:
                     continue
-                self.refused.pop(agent, None)
-                await self._prepare_one(slot)
-                todo.pop(0)
-                delay = 0.5
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.error(
-                    "could not prepare pair; retrying",
-                    extra={
-                        "agent": agent,
-                        "partition": slot.pair.partition,
-                        "error": repr(exc),
-                        "retry_in_s": delay,
-                    },
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30)
+                try:
+                    why = await self._check_agent(agent)
+                except Exception as exc:
+                    log.error(
+                        "could not check agent; retrying",
+                        extra={"agent": agent, "error": repr(exc), "retry_in_s": delay},
+                    )
+                    continue
+                checked.add(agent)
+                if why:
+                    refused[agent] = why
+                    self.refused[agent] = why
+                    log.error(why, extra={"agent": agent})
+                    self._gauges()
+                else:
+                    self.refused.pop(agent, None)
+            failed: list[PairSlot] = []
+            for slot in todo:
+                agent = slot.pair.agent
+                if agent in refused or not self._holds(slot):
+                    continue
+                if agent not in checked:
+                    failed.append(slot)
+                    continue
+                try:
+                    await self._prepare_one(slot)
+                except Exception as exc:
+                    log.error(
+                        "could not prepare pair; retrying",
+                        extra={
+                            "agent": agent,
+                            "partition": slot.pair.partition,
+                            "error": repr(exc),
+                            "retry_in_s": delay,
+                        },
+                    )
+                    failed.append(slot)
+            if not failed:
+                return
+            todo = failed
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, PREPARE_RETRY_MAX_S)
 
     async def _prepare_one(self, slot: PairSlot) -> None:
         assert self.consumer is not None
         pair = slot.pair
         if slot.producer is None:
-            producer = AIOKafkaProducer(
-                client_id=f"{self.settings.client_id}-{pair.agent}-{pair.partition}",
-                transactional_id=f"{self.settings.group_id}.{pair.agent}.{pair.partition}",
-                enable_idempotence=True,
-                transaction_timeout_ms=self.settings.transaction_timeout_ms,
-                linger_ms=2,
-                # Brokers that verify transactional partitions (KIP-890) answer the first
-                # write of a transaction from aiokafka's older produce version with a
-                # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
-                retry_backoff_ms=10,
-                **self._common(),
-            )
-            await producer.start()  # initialises the transactional id: fences zombies
-            slot.producer = producer
+            slot.producer = await self._start_producer(pair)
         committed = await self._committed_offsets(slot)
         still_valid = bool(slot.committed) and all(
             committed[tp] == slot.committed.get(tp) for tp in slot.tps()
@@ -544,6 +651,28 @@ class Gateway:
                 "restored": not still_valid,
             },
         )
+
+    async def _start_producer(self, pair: PartitionPair) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            client_id=f"{self.settings.client_id}-{pair.agent}-{pair.partition}",
+            transactional_id=f"{self.settings.group_id}.{pair.agent}.{pair.partition}",
+            enable_idempotence=True,
+            transaction_timeout_ms=self.settings.transaction_timeout_ms,
+            linger_ms=2,
+            # Brokers that verify transactional partitions (KIP-890) answer the first
+            # write of a transaction from aiokafka's older produce version with a
+            # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
+            retry_backoff_ms=10,
+            **self._common(),
+        )
+        try:
+            await producer.start()  # initialises the transactional id: fences zombies
+        except BaseException:
+            # a failed or cancelled start has already opened connections
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        return producer
 
     async def _committed_offsets(self, slot: PairSlot) -> dict[TopicPartition, int | None]:
         """The group's committed offsets for a pair, waiting out our own commit's visibility.
@@ -575,8 +704,8 @@ class Gateway:
                 max_poll_records=10000,
                 **self._common(),
             )
-            await reader.start()
             try:
+                await reader.start()
                 reader.assign([tp])
                 end = (await reader.end_offsets([tp]))[tp]
                 start = (await reader.beginning_offsets([tp]))[tp]
@@ -607,23 +736,51 @@ class Gateway:
                 active = {t for t, (status, _) in hinted.items() if status == RunStatus.ACTIVE}
                 pair.load_store(store, active, sum(n for _, n in hinted.values()))
             finally:
-                await reader.stop()
+                with contextlib.suppress(Exception):  # a close failure costs no restored state
+                    await reader.stop()
 
     async def _drop(self, slot: PairSlot) -> None:
-        key = (slot.pair.agent, slot.pair.partition)
-        self.slots.pop(key, None)
-        for tp in slot.tps():
-            self.by_tp.pop(tp, None)
+        if self._holds(slot):
+            del self.slots[(slot.pair.agent, slot.pair.partition)]
+            for tp in slot.tps():
+                self.by_tp.pop(tp, None)
         await self._close_producer(slot)
         self._gauges()
 
+    def _holds(self, slot: PairSlot) -> bool:
+        """Whether the slot is still this instance's current one for its pair."""
+        return self.slots.get((slot.pair.agent, slot.pair.partition)) is slot
+
     async def _close_producer(self, slot: PairSlot) -> None:
         if slot.producer is not None:
+            producer, slot.producer = slot.producer, None
             with contextlib.suppress(Exception):
-                await slot.producer.stop()
-            slot.producer = None
+                await producer.stop()
+
+    def _reply_topic_allowed(self, topic: str) -> bool:
+        """Whether a request may have its reply written to `topic`."""
+        if topic in self._own_topics or any(p.match(topic) for p in self._own_patterns):
+            return False
+        return self._topic_exists(topic)
 
     def _topic_exists(self, topic: str) -> bool:
         if self.consumer is None:
             return False
         return topic in self.consumer._client.cluster.topics()
+
+
+def _fenced(producer: AIOKafkaProducer, exc: Exception) -> bool:
+    """Whether a failed transaction means another producer took over the transactional id.
+
+    A fence met by the producer's background sender puts it in a fatal state; the
+    next call then fails on that state (an AssertionError), not with ProducerFenced.
+    """
+    if isinstance(exc, ProducerFenced):
+        return True
+    txn = getattr(producer, "_txn_manager", None)
+    if txn is None or not txn.is_fatal_error():
+        return False
+    cause = txn.wait_for_transaction_end()
+    return bool(
+        cause.done() and not cause.cancelled() and isinstance(cause.exception(), ProducerFenced)
+    )

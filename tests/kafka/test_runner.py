@@ -1,0 +1,592 @@
+"""The runner's rebalancing, transaction failures and pair preparation, with fake Kafka clients."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
+from aiokafka.structs import ConsumerRecord
+from prometheus_client import CollectorRegistry
+
+import gateway.kafka.runner as runner
+from gateway.kafka.runner import Gateway, PairSlot
+from gateway.observe.metrics import Metrics
+from gateway.settings import Settings
+from gateway.state.store import ThreadStore
+
+STARTED = orjson.dumps({"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"})
+INTERRUPTED = orjson.dumps(
+    {
+        "type": "RUN_FINISHED",
+        "threadId": "t1",
+        "runId": "r1",
+        "outcome": {"type": "interrupt", "interrupts": [{"id": "a", "reason": "tool_call"}]},
+    }
+)
+ANSWER = orjson.dumps(
+    {
+        "threadId": "t1",
+        "runId": "r2",
+        "messages": [],
+        "resume": [{"interruptId": "a", "status": "resolved"}],
+    }
+)
+
+
+def tps(agent: str = "bot", partition: int = 0) -> tuple[TopicPartition, TopicPartition]:
+    return (
+        TopicPartition(f"agui.{agent}.events", partition),
+        TopicPartition(f"agui.{agent}.requests", partition),
+    )
+
+
+def rec(tp: TopicPartition, offset: int, ts: int, value: bytes, headers=()) -> ConsumerRecord:
+    return ConsumerRecord(
+        tp.topic, tp.partition, offset, ts, 1, b"t1", value, None, 2, len(value), list(headers)
+    )
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.assigned: set[TopicPartition] = set()
+        self.paused: set[TopicPartition] = set()
+        self.positions: dict[TopicPartition, int] = {}
+        self.committed_offsets: dict[TopicPartition, int] = {}
+        self.topics: set[str] = set()
+        self._client = SimpleNamespace(cluster=SimpleNamespace(topics=lambda: set(self.topics)))
+
+    def _check(self, tp: TopicPartition) -> None:
+        if tp not in self.assigned:
+            raise IllegalStateError(f"No current assignment for partition {tp}")
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._check(tp)
+        self.positions[tp] = offset
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._check(tp)
+            self.positions[tp] = 0
+
+    async def position(self, tp: TopicPartition) -> int:
+        self._check(tp)
+        return self.positions.get(tp, 0)
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        return self.committed_offsets.get(tp)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._check(tp)
+        self.paused |= set(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._check(tp)
+        self.paused -= set(partitions)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return None
+
+
+class FakeOffsets:
+    def __init__(self) -> None:
+        self.ends: dict[TopicPartition, int] = {}
+
+    async def end_offsets(self, partitions):
+        return {tp: self.ends.get(tp, 0) for tp in partitions}
+
+
+class FakeProducer:
+    """A transactional producer: like aiokafka's, a commit once asked for finishes in the
+    background even when its caller stops waiting."""
+
+    def __init__(self, consumer: FakeConsumer, transactional_id: str) -> None:
+        self.consumer = consumer
+        self.transactional_id = transactional_id
+        self.started = False
+        self.stopped = False
+        self.sent: list[tuple[str, bytes | None]] = []
+        self.buf: list[tuple[str, bytes | None]] = []
+        self.offsets: dict[TopicPartition, int] = {}
+        self.commit_gate: asyncio.Event | None = None  # the commit waits for this
+        self.commit_error: BaseException | None = None  # raised once the gate opens
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def begin_transaction(self) -> None:
+        self.buf, self.offsets = [], {}
+
+    async def send(self, topic, value=None, key=None, headers=None, partition=None) -> None:
+        self.buf.append((topic, value))
+
+    async def send_offsets_to_transaction(self, offsets, group_id) -> None:
+        self.offsets = dict(offsets)
+
+    async def commit_transaction(self) -> None:
+        await asyncio.shield(asyncio.ensure_future(self._finish(list(self.buf), self.offsets)))
+
+    async def _finish(self, buf, offsets) -> None:
+        if self.commit_gate is not None:
+            await self.commit_gate.wait()
+        if self.commit_error is not None:
+            raise self.commit_error
+        self.sent += buf
+        self.consumer.committed_offsets.update(offsets)
+
+    async def abort_transaction(self) -> None:
+        pass
+
+
+class Producers:
+    """Stands in for the AIOKafkaProducer class: every producer the runner makes."""
+
+    def __init__(self, consumer: FakeConsumer) -> None:
+        self.consumer = consumer
+        self.made: list[FakeProducer] = []
+        self.start_failures: dict[str, int] = {}  # transactional id -> starts that fail
+
+    def __call__(self, **kwargs) -> FakeProducer:
+        producer = FakeProducer(self.consumer, kwargs["transactional_id"])
+        if self.start_failures.get(producer.transactional_id, 0) > 0:
+            self.start_failures[producer.transactional_id] -= 1
+
+            async def fail() -> None:
+                raise KafkaError("init failed")
+
+            producer.start = fail
+        self.made.append(producer)
+        return producer
+
+
+@pytest.fixture
+def gw(monkeypatch):
+    """A running gateway on fake clients; agent checks pass and restores read an empty log."""
+    monkeypatch.setattr(runner, "PREPARE_RETRY_S", 0.0)
+    g = Gateway(
+        Settings(revoke_timeout_s=0.05), Metrics(CollectorRegistry()), wall_clock=lambda: 1000.0
+    )
+    consumer = FakeConsumer()
+    g.consumer = consumer
+    g.offsets = FakeOffsets()
+    g._running = True
+    producers = Producers(consumer)
+    monkeypatch.setattr(runner, "AIOKafkaProducer", producers)
+    g.producers = producers
+    g.restored = []
+
+    async def no_check(agent: str) -> None:
+        return None
+
+    async def restore(pair) -> None:
+        g.restored.append((pair.agent, pair.partition))
+        pair.load_store(ThreadStore(), set(), 0)
+
+    g._check_agent = no_check
+    g._restore = restore
+    return g
+
+
+async def assign(g: Gateway, *partitions: TopicPartition) -> None:
+    g.consumer.assigned = set(partitions)
+    await g._on_assigned(set(partitions))
+    await settle(g)
+
+
+async def settle(g: Gateway) -> None:
+    while g._restore_tasks:
+        await asyncio.gather(*list(g._restore_tasks))
+
+
+def transactions(g: Gateway, result: str) -> float:
+    return g.metrics.transactions.labels(result)._value.get()
+
+
+def decided_round(ev: TopicPartition, rq: TopicPartition, headers=()) -> dict:
+    """Events that leave interrupt "a" open, then the answer to it."""
+    return {
+        ev: [rec(ev, 0, 1, STARTED), rec(ev, 1, 2, INTERRUPTED)],
+        rq: [rec(rq, 0, 5, ANSWER, headers)],
+    }
+
+
+def with_pending_forward(g: Gateway, slot: PairSlot) -> None:
+    ev, rq = slot.events_tp, slot.requests_tp
+    g.consumer.positions[ev] = 2
+    slot.pair.take("events", [rec(ev, 0, 1, STARTED), rec(ev, 1, 2, INTERRUPTED)])
+    slot.pair.take("requests", [rec(rq, 0, 5, ANSWER)])
+    slot.pair.set_fence(2)
+    slot.pair.process(2, 0.0, 0)
+    assert [r.topic for r in slot.pair.out] == ["agui.bot.run-requests"]
+
+
+def forwards(g: Gateway) -> int:
+    return sum(t == "agui.bot.run-requests" for p in g.producers.made for t, _ in p.sent)
+
+
+# --- reply topics ---------------------------------------------------------------------------
+
+
+OWN_TOPICS = [
+    "agui.bot.events",
+    "agui.bot.requests",
+    "agui.bot.run-requests",
+    "agui.bot.gateway-changelog",
+    "agui.other_agent-2.events",
+    "agui.other_agent-2.requests",
+    "agui.other_agent-2.run-requests",
+    "agui.other_agent-2.gateway-changelog",
+    "agui.rejections",
+    "agui.warnings",
+]
+
+
+@pytest.mark.parametrize("topic", OWN_TOPICS)
+def test_no_reply_goes_to_a_topic_of_the_gateway_for_any_agent(gw, topic):
+    gw.consumer.topics = {*OWN_TOPICS, "replies"}
+    assert gw._topic_exists(topic)
+    assert not gw._reply_topic_allowed(topic)
+
+
+def test_a_reply_may_go_to_any_other_existing_topic(gw):
+    gw.consumer.topics = {*OWN_TOPICS, "replies", "agui.bot.replies"}
+    assert gw._reply_topic_allowed("replies")
+    assert gw._reply_topic_allowed("agui.bot.replies")
+    assert not gw._reply_topic_allowed("absent")
+
+
+def test_own_topics_follow_the_configured_templates():
+    s = Settings(
+        events_topic="in-{agent}",
+        requests_topic="ask-{agent}",
+        run_requests_topic="{agent}.runs",
+        changelog_topic="state.{agent}",
+        rejections_topic="no",
+        warnings_topic="hm",
+        agent_name_pattern="[a-z]+",
+    )
+    g = Gateway(s, Metrics(CollectorRegistry()))
+    consumer = FakeConsumer()
+    consumer.topics = {"in-x", "ask-x", "x.runs", "state.x", "no", "hm", "agui.x.events"}
+    g.consumer = consumer
+    for topic in ("in-x", "ask-x", "x.runs", "state.x", "no", "hm"):
+        assert not g._reply_topic_allowed(topic)
+    assert g._reply_topic_allowed("agui.x.events")  # the default template is not in use
+
+
+async def test_a_reply_naming_the_changelog_is_refused_and_warned(gw):
+    ev, rq = tps()
+    gw.consumer.topics = {*OWN_TOPICS, "replies"}
+    await assign(gw, ev, rq)
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"agui.bot.gateway-changelog")]))
+    sent = gw.producers.made[0].sent
+    assert [t for t, _ in sent].count("agui.bot.run-requests") == 1
+    assert not [t for t, v in sent if v and b'"verdict"' in v]  # no reply anywhere
+    warnings = [orjson.loads(v) for t, v in sent if t == "agui.warnings"]
+    assert [w["code"] for w in warnings] == ["reply_topic_unknown"]
+    assert transactions(gw, "committed") == 1
+
+
+# --- revoking -------------------------------------------------------------------------------
+
+
+async def test_a_revoke_that_commits_in_time_keeps_the_pair_for_the_next_assignment(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    with_pending_forward(gw, slot)
+    await gw._on_revoked({ev, rq})
+    assert gw.slots[("bot", 0)] is slot and not slot.ready
+    assert not slot.pair.has_pending()
+    assert gw.consumer.committed_offsets == {ev: 2, rq: 1}
+    await assign(gw, ev, rq)
+    # the same slot and producer, and no restore: its memory matches the commit
+    assert gw.slots[("bot", 0)] is slot and slot.ready
+    assert gw.restored == [("bot", 0)]
+    assert len(gw.producers.made) == 1
+    assert forwards(gw) == 1
+
+
+async def test_a_commit_that_times_out_on_revoke_drops_the_pair_and_it_is_rebuilt(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    old = gw.slots[("bot", 0)]
+    with_pending_forward(gw, old)
+    old_producer = old.producer
+    old_producer.commit_gate = asyncio.Event()
+    await gw._on_revoked({ev, rq})
+    assert ("bot", 0) not in gw.slots
+    ok, details = gw.ready()
+    assert not ok and details["dropped"] == ["bot/0"]
+    await asyncio.gather(*list(gw._closers))
+    assert old_producer.stopped
+    old_producer.commit_gate.set()  # the cancelled commit still completes
+    await asyncio.sleep(0)
+    assert gw.consumer.committed_offsets == {ev: 2, rq: 1}
+    await assign(gw, ev, rq)
+    new = gw.slots[("bot", 0)]
+    assert new is not old and new.ready
+    assert new.producer is not old_producer
+    assert gw.restored == [("bot", 0), ("bot", 0)]
+    assert not new.pair.has_pending()
+    assert gw.consumer.positions[ev] == 2 and gw.consumer.positions[rq] == 1
+    assert gw.ready()[0]
+    await gw._round({})
+    assert forwards(gw) == 1
+
+
+async def test_a_revoke_while_a_round_hangs_drops_every_revoked_pair(gw):
+    a_ev, a_rq = tps("bot", 0)
+    b_ev, b_rq = tps("bot", 1)
+    await assign(gw, a_ev, a_rq, b_ev, b_rq)
+    a, b = gw.slots[("bot", 0)], gw.slots[("bot", 1)]
+    a.producer.commit_gate = asyncio.Event()
+    a.producer.commit_error = KafkaError("broker gone")
+    gw.offsets.ends = {a_ev: 2, b_ev: 2}
+    gw.consumer.positions.update({a_ev: 2, b_ev: 2})
+    batch = {**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)}
+    producers = [a.producer, b.producer]
+
+    async def locked_round() -> None:
+        async with gw._lock:  # as the consumer loop runs it
+            await gw._round(batch)
+
+    round_ = asyncio.create_task(locked_round())
+    while b.producer.sent == []:  # b commits; a's commit hangs
+        await asyncio.sleep(0)
+    await gw._on_revoked({a_ev, a_rq, b_ev, b_rq})
+    assert gw.slots == {} and gw.by_tp == {}
+    assert gw.ready()[1]["dropped"] == ["bot/0", "bot/1"]
+    assert not a.producer.stopped  # not while the round is inside its transaction
+    gw.consumer.assigned = set()  # the rebalance took the partitions
+    a.producer.commit_gate.set()
+    await round_  # a's failed commit neither rewinds nor pauses partitions it no longer has
+    assert not a.ready and not b.ready
+    assert gw._restore_tasks == set()  # and is not prepared again
+    await asyncio.gather(*list(gw._closers))
+    assert all(p.stopped for p in producers)
+    await assign(gw, a_ev, a_rq, b_ev, b_rq)
+    assert gw.slots[("bot", 0)] is not a and gw.slots[("bot", 1)] is not b
+    assert all(s.ready and not s.pair.has_pending() for s in gw.slots.values())
+    assert sorted(gw.restored) == [("bot", 0), ("bot", 0), ("bot", 1), ("bot", 1)]
+    assert gw.ready()[0]
+
+
+# --- failed transactions --------------------------------------------------------------------
+
+
+def fatal_producer(error: Exception) -> AIOKafkaProducer:
+    """A real producer whose background sender failed: aiokafka marks it fatal."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers="127.0.0.1:1", transactional_id="agui-gateway.bot.0"
+    )
+    producer._txn_manager.set_pid_and_epoch(7, 0)
+    producer._txn_manager.begin_transaction()
+    producer._txn_manager.fatal_error(error)
+    return producer
+
+
+async def test_a_failed_transaction_replaces_the_producer_before_processing_resumes(
+    gw, monkeypatch
+):
+    monkeypatch.setattr(runner, "PENDING_LIMIT", 1)
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    broken = fatal_producer(KafkaError("sender died"))
+    slot.producer = broken
+    gw.producers.start_failures["agui-gateway.bot.0"] = 1  # the first replacement fails
+    await gw._round({ev: [rec(ev, 0, 1, STARTED)]})
+    assert transactions(gw, "aborted") == 1
+    assert not slot.ready and ev in gw.consumer.paused
+    assert broken._closed
+    await settle(gw)
+    assert slot.ready and ev not in gw.consumer.paused
+    replacements = gw.producers.made[1:]
+    assert len(replacements) == 2 and replacements[0].stopped
+    assert slot.producer is replacements[1] and replacements[1].started
+    assert gw.consumer.positions[ev] == 0  # rewound: no commit yet
+    await gw._round({ev: [rec(ev, 0, 1, STARTED)]})
+    assert transactions(gw, "committed") == 1
+    assert [t for t, _ in slot.producer.sent] == ["agui.bot.gateway-changelog"]
+
+
+async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassigned(gw, monkeypatch):
+    monkeypatch.setattr(runner, "PENDING_LIMIT", 1)
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    assert gw.ready()[0]
+    gw.slots[("bot", 0)].producer = fatal_producer(ProducerFenced())
+    await gw._round({ev: [rec(ev, 0, 1, STARTED)]})
+    assert transactions(gw, "fenced") == 1 and transactions(gw, "aborted") == 0
+    assert ("bot", 0) not in gw.slots
+    assert gw.consumer.paused == {ev, rq}
+    assert gw._restore_tasks == set()  # not taken back from the instance that fenced it
+    ok, details = gw.ready()
+    assert not ok and details["dropped"] == ["bot/0"]
+    await assign(gw, ev, rq)
+    assert gw.ready() == (
+        True,
+        {
+            "running": True,
+            "assigned": ["bot/0"],
+            "restoring": [],
+            "dropped": [],
+            "refused": {},
+        },
+    )
+
+
+async def test_a_fenced_commit_is_not_reported_ready(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    with_pending_forward(gw, slot)
+    slot.producer.commit_error = ProducerFenced()
+    assert not await gw._commit(slot)
+    assert ("bot", 0) not in gw.slots
+    assert not gw.ready()[0]
+
+
+# --- preparing ------------------------------------------------------------------------------
+
+
+async def test_a_pair_that_cannot_be_prepared_does_not_hold_up_the_others(gw):
+    tp_list = [*tps("alpha"), *tps("beta")]
+    order: list[str] = []
+    first: list[str] = []
+    prepare_one = gw._prepare_one
+
+    async def failing_first(slot):
+        agent = slot.pair.agent
+        first[:] = first or [agent]
+        order.append(agent)
+        if agent == first[0] and order.count(agent) <= 3:
+            raise KafkaError("cannot prepare")
+        await prepare_one(slot)
+
+    gw._prepare_one = failing_first
+    await assign(gw, *tp_list)
+    stuck, other = first[0], ({"alpha", "beta"} - {first[0]}).pop()
+    # the other pair was prepared in the first pass, before any retry of the failing one
+    assert order[:2] == [stuck, other]
+    assert order.count(stuck) == 4 and order.count(other) == 1
+    assert all(s.ready for s in gw.slots.values())
+
+
+async def test_an_agent_check_that_fails_does_not_hold_up_other_agents(gw):
+    checks: list[str] = []
+    other_ready: list[bool] = []
+
+    async def check(agent: str) -> None:
+        checks.append(agent)
+        stuck = checks[0]  # whichever agent comes first fails twice
+        other = ({"alpha", "beta"} - {stuck}).pop()
+        other_ready.append(gw.slots[(other, 0)].ready)
+        if agent == stuck and checks.count(stuck) < 3:
+            raise KafkaError("admin unavailable")
+
+    gw._check_agent = check
+    await assign(gw, *tps("alpha"), *tps("beta"))
+    assert sorted(checks.count(a) for a in ("alpha", "beta")) == [1, 3]
+    assert other_ready[-1]  # the failing agent's retries happen with the other one serving
+    assert all(s.ready for s in gw.slots.values())
+
+
+async def test_a_producer_whose_start_fails_is_stopped(gw):
+    ev, rq = tps()
+    gw.consumer.assigned = {ev, rq}
+    await gw._on_assigned({ev, rq})
+    for task in list(gw._restore_tasks):
+        task.cancel()
+    slot = gw.slots[("bot", 0)]
+    gw.producers.start_failures["agui-gateway.bot.0"] = 1
+    with pytest.raises(KafkaError):
+        await gw._prepare_one(slot)
+    assert slot.producer is None
+    assert [p.stopped for p in gw.producers.made] == [True]
+
+
+async def test_a_producer_whose_start_is_cancelled_is_stopped(gw, monkeypatch):
+    ev, rq = tps()
+    gw.consumer.assigned = {ev, rq}
+    made: list[FakeProducer] = []
+    entered = asyncio.Event()
+
+    def hanging(**kwargs):
+        producer = FakeProducer(gw.consumer, kwargs["transactional_id"])
+
+        async def start() -> None:
+            entered.set()
+            await asyncio.Event().wait()
+
+        producer.start = start
+        made.append(producer)
+        return producer
+
+    monkeypatch.setattr(runner, "AIOKafkaProducer", hanging)
+    await gw._on_assigned({ev, rq})
+    await entered.wait()
+    await gw._on_revoked({ev, rq})
+    await asyncio.gather(*list(gw._restore_tasks), return_exceptions=True)
+    assert len(made) == 1 and made[0].stopped
+    assert gw.slots[("bot", 0)].producer is None
+
+
+class FakeReader:
+    made: list[FakeReader] = []
+
+    def __init__(self, **kwargs) -> None:
+        self.stopped = False
+        self.entered = asyncio.Event()
+        FakeReader.made.append(self)
+
+    async def start(self) -> None:
+        raise KafkaError("no connection")
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+class HangingReader(FakeReader):
+    async def start(self) -> None:
+        self.entered.set()
+        await asyncio.Event().wait()
+
+
+async def test_the_restore_reader_is_stopped_when_its_start_fails(monkeypatch):
+    FakeReader.made = []
+    monkeypatch.setattr(runner, "AIOKafkaConsumer", FakeReader)
+    g = Gateway(Settings(), Metrics(CollectorRegistry()))
+    pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
+    with pytest.raises(KafkaError):
+        await g._restore(pair)
+    assert [r.stopped for r in FakeReader.made] == [True]
+
+
+async def test_the_restore_reader_is_stopped_when_its_start_is_cancelled(monkeypatch):
+    FakeReader.made = []
+    monkeypatch.setattr(runner, "AIOKafkaConsumer", HangingReader)
+    g = Gateway(Settings(), Metrics(CollectorRegistry()))
+    pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
+    task = asyncio.create_task(g._restore(pair))
+    while not FakeReader.made:
+        await asyncio.sleep(0)
+    await FakeReader.made[0].entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [r.stopped for r in FakeReader.made] == [True]
