@@ -299,16 +299,13 @@ class PartitionPair:
         ):
             self._event_counts[peeked] += 1  # the hot path: a delta inside an active run
             return
-        mark = self._mark()
-        try:
-            self._apply_decoded(record, thread_id, state)
-        except Exception as exc:  # a defect: this event must not stop the partition
-            self._undo(mark)
-            log.exception(
-                "internal error applying an event; the thread's state is left as it was",
-                extra={"agent": self.agent, "threadId": thread_id, "source": record.source()},
-            )
-            run_id = state.run_id if state is not None else None
+        exc = self._guarded(
+            lambda: self._apply_decoded(record, thread_id, state),
+            "internal error applying an event; the thread's state is left as it was",
+            record,
+            thread_id,
+        )
+        if exc is not None:
             self._warn(
                 Finding(
                     str(Warn.INTERNAL_ERROR),
@@ -317,8 +314,28 @@ class PartitionPair:
                 ),
                 record,
                 thread_id,
-                run_id,
+                state.run_id if state is not None else None,
             )
+
+    def _guarded(
+        self, work: Callable[[], None], message: str, record: Any, thread_id: str | None
+    ) -> Exception | None:
+        """Run one record's work; on a defect, take back what it half did and log it.
+
+        A defect must not stop the partition: the caller turns the returned
+        exception into that record's rejection or warning.
+        """
+        mark = self._mark()
+        try:
+            work()
+        except Exception as exc:
+            self._undo(mark)
+            log.exception(
+                message,
+                extra={"agent": self.agent, "threadId": thread_id, "source": record.source()},
+            )
+            return exc
+        return None
 
     def _apply_decoded(self, record: Any, thread_id: str, state: ThreadState | None) -> None:
         try:
@@ -354,15 +371,13 @@ class PartitionPair:
         self.next_offsets["requests"] = record.offset + 1
         now_ms = record.timestamp if record.log_append_time else wall_ms
         thread_id = _thread_of(record)
-        mark = self._mark()
-        try:
-            self._judge_one(record, thread_id, now_ms)
-        except Exception as exc:  # a defect: this request must not stop the partition
-            self._undo(mark)
-            log.exception(
-                "internal error judging a request; rejected as internal_error",
-                extra={"agent": self.agent, "threadId": thread_id, "source": record.source()},
-            )
+        exc = self._guarded(
+            lambda: self._judge_one(record, thread_id, now_ms),
+            "internal error judging a request; rejected as internal_error",
+            record,
+            thread_id,
+        )
+        if exc is not None:
             self._internal_error(record, thread_id, now_ms, exc)
 
     def _judge_one(self, record: InRecord, thread_id: str | None, now_ms: int) -> None:
