@@ -766,7 +766,12 @@ class Gateway:
     def _topic_exists(self, topic: str) -> bool:
         if self.consumer is None:
             return False
-        return topic in self.consumer._client.cluster.topics()
+        cluster = self.consumer._client.cluster
+        # Asked for every request with a reply topic: a look-up, where topics() would
+        # first copy the name of every topic the cluster has.
+        return (
+            topic not in cluster.internal_topics and cluster.partitions_for_topic(topic) is not None
+        )
 
 
 def _fenced(producer: AIOKafkaProducer, exc: Exception) -> bool:

@@ -57,7 +57,12 @@ class FakeConsumer:
         self.positions: dict[TopicPartition, int] = {}
         self.committed_offsets: dict[TopicPartition, int] = {}
         self.topics: set[str] = set()
-        self._client = SimpleNamespace(cluster=SimpleNamespace(topics=lambda: set(self.topics)))
+        self._client = SimpleNamespace(
+            cluster=SimpleNamespace(
+                internal_topics={"__consumer_offsets", "__transaction_state"},
+                partitions_for_topic=lambda t: {0} if t in self.topics else None,
+            )
+        )
 
     def _check(self, tp: TopicPartition) -> None:
         if tp not in self.assigned:
@@ -264,6 +269,12 @@ def test_a_reply_may_go_to_any_other_existing_topic(gw):
     assert gw._reply_topic_allowed("replies")
     assert gw._reply_topic_allowed("agui.bot.replies")
     assert not gw._reply_topic_allowed("absent")
+
+
+def test_a_reply_never_goes_to_the_brokers_internal_topics(gw):
+    gw.consumer.topics = {"replies", "__consumer_offsets", "__transaction_state"}
+    assert not gw._reply_topic_allowed("__consumer_offsets")
+    assert not gw._reply_topic_allowed("__transaction_state")
 
 
 def test_own_topics_follow_the_configured_templates():
