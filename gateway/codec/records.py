@@ -93,14 +93,22 @@ def decode_json(value: bytes | None) -> Any:
         raise Undecodable(f"the record value cannot be read exactly: {exc}") from None
 
 
-def original_input(value: bytes | None, max_bytes: int) -> dict[str, Any]:
+NOT_DECODED: Any = object()  # `original_input`'s `decoded` when the value was not read
+
+
+def original_input(
+    value: bytes | None, max_bytes: int, decoded: Any = NOT_DECODED
+) -> dict[str, Any]:
     """How a rejection carries the request it rejects, whatever its bytes were.
 
-    A request larger than `max_bytes` is not copied (`inputOmitted` says why);
-    the rejection's `source` still points at the original record.
+    `decoded` is the value's JSON when the caller already read it (it is not
+    read again). A request larger than `max_bytes` is not copied (`inputOmitted`
+    says why); the rejection's `source` still points at the original record.
     """
     if value is None or len(value) > max_bytes:
         return raw_input(value, max_bytes)
+    if decoded is not NOT_DECODED:
+        return {"input": decoded}
     try:
         return {"input": jsonio.loads(value)}
     except (jsonio.JSONDecodeError, jsonio.TooDeep):

@@ -20,6 +20,7 @@ from gateway.codec import changelog
 from gateway.codec.records import (
     HEADER_CORRELATION_ID,
     HEADER_REPLY_TO,
+    NOT_DECODED,
     InRecord,
     OutRecord,
     Undecodable,
@@ -384,6 +385,7 @@ class PartitionPair:
         decision: Decision
         new: ThreadState | None = None
         state: ThreadState | None = None
+        raw: Any = NOT_DECODED
         if thread_id is None:
             decision = Decision(
                 Verdict.REJECT,
@@ -414,7 +416,7 @@ class PartitionPair:
                 decision = _too_large(decision, len(forward))
                 forward, new = None, None  # not forwarded: nothing to remember
         self._decided.append(record.received)
-        self._effects(record, decision, thread_id, now_ms, forward)
+        self._effects(record, decision, thread_id, now_ms, forward, raw)
         if new is not None and new is not state:
             self._put(state, new)  # last: nothing above is left half done
 
@@ -477,7 +479,9 @@ class PartitionPair:
         thread_id: str | None,
         now_ms: int,
         forward: bytes | None,
+        raw: Any,
     ) -> None:
+        """A decision's outputs. `raw` is the request's JSON (NOT_DECODED if unread)."""
         m, agent = self.metrics, self.agent
         self._defer(m.requests.labels(agent, str(decision.verdict)).inc)
         correlation = record.header(HEADER_CORRELATION_ID)
@@ -493,6 +497,7 @@ class PartitionPair:
         for warning in decision.warnings:
             self._warn(warning, record, thread_id, decision.run_id)
         reply: dict[str, Any]
+        body: bytes | None = None  # the reply's JSON, once written
         if decision.verdict is Verdict.FORWARD:
             assert forward is not None
             self.out.append(OutRecord(self.topics.run_requests, key, forward, headers))
@@ -513,12 +518,12 @@ class PartitionPair:
                 **envelope,
                 **carried_list(decision.reasons, "reasons"),
                 **carried_list(decision.warnings, "warnings"),
-                **original_input(record.value, MAX_CARRIED_INPUT),
+                **original_input(record.value, MAX_CARRIED_INPUT, raw),
                 "at": iso(now_ms),
                 "source": record.source(),
             }
-            reply_body = fitted(reply, record.value)
-            self.out.append(OutRecord(self.ctx.rejections_topic, key, reply_body, headers))
+            body = fitted(reply, record.value)
+            self.out.append(OutRecord(self.ctx.rejections_topic, key, body, headers))
             for reason in decision.reasons:
                 self._defer(m.rejections.labels(agent, reason.code).inc)
                 if reason.code == Reason.UNCOVERED_INTERRUPT:
@@ -532,7 +537,9 @@ class PartitionPair:
         reply_to = record.header(HEADER_REPLY_TO)
         if reply_to:
             if LEGAL_TOPIC.match(reply_to) and self.topic_exists(reply_to):
-                self.out.append(OutRecord(reply_to, key, fitted(reply, record.value), headers))
+                if body is None:
+                    body = fitted(reply, record.value)
+                self.out.append(OutRecord(reply_to, key, body, headers))
             else:
                 self._warn(
                     Finding(
