@@ -20,9 +20,16 @@
 # The same tests also pass on KAFKA_VERSION=3.9.2, the fallback if a later
 # aiokafka or broker breaks this.
 #
-# Usage: deploy/kafka.sh fetch|start|stop|restart|status|logs [-f]
+# Usage: deploy/kafka.sh fetch|format|start|stop|restart|status|logs [-f]
 #   fetch    resolve the broker jars with Maven (once; a stamp file marks success)
-#   start    format KRaft storage (first time), start the broker, wait until a Kafka
+#   format [--cluster-id=ID]
+#            write the config and format KRaft storage (first time only), print
+#            the cluster id. The id is ID, else the one saved in
+#            <state>/cluster.id, else a new one from Kafka's own generator
+#            (kafka-storage random-uuid); a saved id that cannot be one is
+#            replaced, with a message.
+#   start [--cluster-id=ID]
+#            format KRaft storage (first time, as format), start the broker, wait until a Kafka
 #            client can bootstrap and list topics, print the bootstrap address on
 #            stdout. Reuses a broker this script already started from the same
 #            state dir.
@@ -378,18 +385,41 @@ fetch() {
 
 # --- start -------------------------------------------------------------------
 
+# A KRaft cluster id is a Kafka Uuid: 16 bytes as 22 characters of URL-safe
+# base64 without padding. It may start with '-' (older versions of this script
+# saved such ids), which is why format_storage passes it as --cluster-id=ID.
+valid_cluster_id() {
+    [[ $1 =~ ^[A-Za-z0-9_-]{22}$ ]]
+}
+
+# A fresh id from Kafka's own generator (never all zeros, never starting with '-').
+new_cluster_id() {
+    local id
+    id=$("$JAVA" -Xmx128m -cp "$LIBS_DIR/*" kafka.tools.StorageTool random-uuid 2>"$LOG_DIR/random-uuid.out" | tail -n1 | tr -d '[:space:]') ||
+        true
+    valid_cluster_id "$id" ||
+        die "kafka-storage random-uuid gave no usable cluster id ('$id'); output: $LOG_DIR/random-uuid.out"
+    printf '%s\n' "$id"
+}
+
+# The cluster id to format with: --cluster-id=ID given to start, else the one
+# saved in $STATE_DIR/cluster.id, else a new one (saved). A saved id that cannot
+# be a cluster id is replaced, and said so.
 cluster_id() {
-    local f="$STATE_DIR/cluster.id" id
-    if [[ -s $f ]]; then
-        cat "$f"
-        return 0
+    local f="$STATE_DIR/cluster.id" id=""
+    if [[ -n $CLUSTER_ID_ARG ]]; then
+        valid_cluster_id "$CLUSTER_ID_ARG" ||
+            die "--cluster-id=$CLUSTER_ID_ARG is not a Kafka cluster id (22 characters of A-Z a-z 0-9 _ -, e.g. from 'kafka-storage random-uuid')"
+        id=$CLUSTER_ID_ARG
+    elif [[ -s $f ]]; then
+        id=$(tr -d '[:space:]' <"$f")
+        if ! valid_cluster_id "$id"; then
+            info "the saved cluster id '$id' in $f is not a Kafka cluster id; the storage was never formatted with it, so it is replaced by a new one"
+            id=""
+        fi
     fi
-    if [[ -f $DATA_DIR/meta.properties ]]; then
-        id=$(sed -n 's/^cluster\.id=//p' "$DATA_DIR/meta.properties")
-    fi
-    if [[ -z ${id:-} ]]; then
-        # a fresh random Kafka Uuid: 16 bytes, URL-safe base64 without padding
-        id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    if [[ -z $id ]]; then
+        id=$(new_cluster_id)
     fi
     printf '%s\n' "$id" >"$f"
     printf '%s\n' "$id"
@@ -471,17 +501,36 @@ jvm_log_opts() {
 
 format_storage() {
     if [[ -f $DATA_DIR/meta.properties ]]; then
+        local formatted
+        formatted=$(sed -n 's/^cluster\.id=//p' "$DATA_DIR/meta.properties")
+        if [[ -n $CLUSTER_ID_ARG && $CLUSTER_ID_ARG != "$formatted" ]]; then
+            die "$DATA_DIR is already formatted with cluster id $formatted, not $CLUSTER_ID_ARG; remove $STATE_DIR to start a new cluster"
+        fi
         return 0
     fi
     local cid
     cid=$(cluster_id)
     info "formatting KRaft storage in $DATA_DIR (cluster id $cid)"
-    # no log config: StorageTool's own messages go to format.out, not server.log
+    # no log config: StorageTool's own messages go to format.out, not server.log.
+    # --cluster-id=ID, never "-t ID": an id may start with '-'.
     if ! "$JAVA" -Xmx256m -cp "$LIBS_DIR/*" kafka.tools.StorageTool \
-        format -t "$cid" -c "$PROPS" --ignore-formatted >"$LOG_DIR/format.out" 2>&1; then
+        format "--cluster-id=$cid" -c "$PROPS" --ignore-formatted >"$LOG_DIR/format.out" 2>&1; then
         cat "$LOG_DIR/format.out" >&2
-        die "formatting KRaft storage failed (output: $LOG_DIR/format.out)"
+        die "formatting KRaft storage with cluster id $cid (saved in $STATE_DIR/cluster.id) failed (output: $LOG_DIR/format.out)"
     fi
+}
+
+# format: write the configuration and format KRaft storage, without starting.
+format_only() {
+    check_port_number KAFKA_PORT "$KAFKA_PORT"
+    check_port_number KAFKA_CONTROLLER_PORT "$KAFKA_CONTROLLER_PORT"
+    lock_state_dir
+    running_pid >/dev/null && die "the broker from $STATE_DIR is running; stop it first"
+    find_java
+    jars_resolved || fetch
+    write_configs
+    format_storage
+    sed -n 's/^cluster\.id=//p' "$DATA_DIR/meta.properties"
 }
 
 stop_pid() {
@@ -643,8 +692,21 @@ usage() {
 
 cmd=${1:-}
 [[ $# -gt 0 ]] && shift
+CLUSTER_ID_ARG=""
+if [[ $cmd == start || $cmd == format || $cmd == restart ]]; then
+    for arg in "$@"; do
+        case $arg in
+        --cluster-id=*) CLUSTER_ID_ARG=${arg#--cluster-id=} ;;
+        *)
+            usage
+            exit 2
+            ;;
+        esac
+    done
+fi
 case $cmd in
 fetch) fetch ;;
+format) format_only ;;
 start) start ;;
 stop) stop ;;
 restart) (stop) && start ;;
