@@ -1,5 +1,5 @@
 # Sourced by the other scripts: make sure .venv exists with the project installed.
-# Re-installs when pyproject.toml changed since the last install.
+# Re-installs when pyproject.toml or setup.py changed since the last install.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -14,7 +14,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "==> creating $VENV"
     "$PYTHON" -m venv "$VENV"
 fi
-if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
+if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/setup.py" -nt "$STAMP" ]; then
     echo "==> installing agui-gateway and its dev dependencies into .venv"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"

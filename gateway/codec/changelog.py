@@ -1,7 +1,9 @@
 """Changelog values: a thread's state as versioned Avro (fastavro).
 
 A value is one format-version byte followed by the Avro binary encoding of
-`schemas/thread_state.v<N>.avsc`. Readers keep every version's schema, so a
+`schemas/thread_state.v<N>.avsc`, read as package data of `gateway.schemas`
+(the build maps that package to the top-level `schemas/` directory, so a
+wheel carries the schemas and an editable install reads them in place). Readers keep every version's schema, so a
 newer gateway restores an older changelog (Avro schema resolution fills new
 fields from their defaults). A tombstone (null value) deletes a thread.
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import io
 from functools import cache
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import orjson
@@ -23,7 +25,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from gateway.codec import jsonio
 from gateway.core.state import ThreadState, from_dict, to_dict
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+SCHEMA_PACKAGE = "gateway.schemas"
 CURRENT_VERSION = 1
 
 
@@ -33,7 +35,7 @@ class ChangelogFormatError(ValueError):
 
 @cache
 def schema(version: int) -> Any:
-    path = SCHEMA_DIR / f"thread_state.v{version}.avsc"
+    path = resources.files(SCHEMA_PACKAGE).joinpath(f"thread_state.v{version}.avsc")
     try:
         return parse_schema(orjson.loads(path.read_bytes()))
     except FileNotFoundError:

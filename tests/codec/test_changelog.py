@@ -1,4 +1,5 @@
 import io
+from pathlib import Path
 
 import orjson
 import pytest
@@ -12,6 +13,8 @@ from gateway.core.state import (
     SuspendedSubagent,
     ThreadState,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def full_state() -> ThreadState:
@@ -81,7 +84,7 @@ def test_an_older_writer_schema_is_read_with_defaults():
 
 
 def test_schema_file_is_valid_json_and_versioned():
-    raw = orjson.loads((changelog.SCHEMA_DIR / "thread_state.v1.avsc").read_bytes())
+    raw = orjson.loads((REPO_ROOT / "schemas" / "thread_state.v1.avsc").read_bytes())
     assert raw["namespace"].endswith(".v1")
 
 

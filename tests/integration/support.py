@@ -77,9 +77,11 @@ class Namespace:
     def warnings(self) -> str:
         return f"{self.prefix}.warnings"
 
-    async def create_agent(self, agent: str, partitions: int = 3) -> str:
+    async def create_agent(
+        self, agent: str, partitions: int = 3, *, binary: Path = GATEWAY_BIN
+    ) -> str:
         proc = await asyncio.create_subprocess_exec(
-            str(GATEWAY_BIN),
+            str(binary),
             "topics",
             "create",
             "--agent",
@@ -96,10 +98,26 @@ class Namespace:
 
 
 class GatewayProcess:
-    """One `agui-gateway run` subprocess with its own HTTP port and log file."""
+    """One `agui-gateway run` subprocess with its own HTTP port and log file.
 
-    def __init__(self, ns: Namespace, log_dir: Path, name: str = "gw", **settings: Any) -> None:
+    `binary` and `cwd` default to the test venv's console script run from the
+    checkout; the packaging tests pass an installed wheel's script and a
+    directory outside the checkout.
+    """
+
+    def __init__(
+        self,
+        ns: Namespace,
+        log_dir: Path,
+        name: str = "gw",
+        *,
+        binary: Path = GATEWAY_BIN,
+        cwd: Path = REPO_ROOT,
+        **settings: Any,
+    ) -> None:
         self.ns = ns
+        self.binary = binary
+        self.cwd = cwd
         self.port = free_port()
         self.log_path = log_dir / f"{name}.log"
         self.settings = settings
@@ -109,12 +127,12 @@ class GatewayProcess:
         env = self.ns.env(http_port=self.port, **self.settings)
         log = self.log_path.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
-            str(GATEWAY_BIN),
+            str(self.binary),
             "run",
             env=env,
             stdout=log,
             stderr=log,
-            cwd=str(REPO_ROOT),
+            cwd=str(self.cwd),
         )
         log.close()
         await self.wait_ready(ready_timeout)
