@@ -38,9 +38,7 @@ def test_the_wheel_ships_every_schema_file(wheel: Path) -> None:
     )
     assert expected, "no schema files in schemas/"
     with zipfile.ZipFile(wheel) as zf:
-        shipped = sorted(
-            Path(n).name for n in zf.namelist() if n.startswith("gateway/schemas/")
-        )
+        shipped = sorted(Path(n).name for n in zf.namelist() if n.startswith("gateway/schemas/"))
     assert set(expected) <= set(shipped), shipped
 
 
@@ -114,9 +112,7 @@ async def wait_for_sample(gw: GatewayProcess, sample: str, at_least: float) -> N
     for _ in range(300):
         text = await asyncio.to_thread(gw.metrics)
         seen = sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(sample)
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample)
         )
         if seen >= at_least:
             return
@@ -136,7 +132,9 @@ async def test_installed_run_writes_state_restarts_and_restores(
 
     first = await GatewayProcess(ns, outside, "first", binary=binary, cwd=outside).start()
     try:
-        await produce(ns.bootstrap, ns.events(AGENT), [e for t in threads for e in thread_events(t)])
+        await produce(
+            ns.bootstrap, ns.events(AGENT), [e for t in threads for e in thread_events(t)]
+        )
         # a state write: the interrupted threads reach the changelog
         await wait_for_sample(
             first, f'agui_gateway_runs_closed_total{{agent="{AGENT}",outcome="interrupt"}}', 2
