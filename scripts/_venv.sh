@@ -1,9 +1,32 @@
-# Sourced by the other scripts: make sure .venv exists with the project installed.
-# Re-installs when pyproject.toml or setup.py changed since the last install.
+# Sourced by the other scripts: make sure a venv exists with the project installed.
+#
+#   VENV_KIND=dev (default, scripts/test.sh): .venv, an editable install with the
+#       dev extras (pytest, ruff, mypy, ...); re-installed when pyproject.toml or
+#       setup.py changed since the last install.
+#   VENV_KIND=run (scripts/run.sh): .venv-run, a regular install of what the
+#       gateway needs and nothing else; re-installed when the sources changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
-VENV="$ROOT/.venv"
+VENV_KIND="${VENV_KIND:-dev}"
+case "$VENV_KIND" in
+dev)
+    VENV="$ROOT/.venv"
+    INSTALL=(-e "$ROOT[dev]")
+    WATCH=("$ROOT/pyproject.toml" "$ROOT/setup.py")
+    WHAT="agui-gateway (editable) and its dev dependencies into .venv"
+    ;;
+run)
+    VENV="$ROOT/.venv-run"
+    INSTALL=("$ROOT")
+    WATCH=("$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/gateway" "$ROOT/schemas")
+    WHAT="agui-gateway (a regular install, no dev tools) into .venv-run"
+    ;;
+*)
+    echo "error: VENV_KIND must be dev or run, not '$VENV_KIND'" >&2
+    exit 2
+    ;;
+esac
 STAMP="$VENV/.agui-installed"
 
 if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
@@ -14,10 +37,14 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "==> creating $VENV"
     "$PYTHON" -m venv "$VENV"
 fi
-if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$ROOT/setup.py" -nt "$STAMP" ]; then
-    echo "==> installing agui-gateway and its dev dependencies into .venv"
+# a source file (not a byte-code cache) newer than the last install
+sources_changed() {
+    [ -n "$(find "${WATCH[@]}" -name __pycache__ -prune -o -type f -newer "$STAMP" -print 2>/dev/null | head -n1)" ]
+}
+if [ ! -f "$STAMP" ] || sources_changed; then
+    echo "==> installing $WHAT"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"
+    "$VENV/bin/python" -m pip install --quiet "${INSTALL[@]}"
     touch "$STAMP"
 fi
 export KAFKA_PYTHON="$VENV/bin/python"

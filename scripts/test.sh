@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# The whole test suite: .venv with the package, a real local Kafka broker, pytest.
+# The whole test suite: .venv with the package, the static checks (ruff check,
+# ruff format --check, mypy), a real local Kafka broker, pytest.
 # The broker is stopped afterwards whatever the result (if this script started it).
 # Extra arguments go to pytest.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
+
+# The project's own ruff and mypy configuration (pyproject.toml), on the whole
+# tree, before any broker starts: any failure fails the run.
+echo "==> static checks: ruff check, ruff format --check, mypy gateway"
+failed=()
+"$VENV/bin/ruff" check --quiet . || failed+=("ruff check . (lint errors above)")
+"$VENV/bin/ruff" format --check --quiet . ||
+    failed+=("ruff format --check . (files above are not formatted; .venv/bin/ruff format fixes them)")
+"$VENV/bin/mypy" gateway || failed+=("mypy gateway (type errors above)")
+if [ "${#failed[@]}" -gt 0 ]; then
+    for check in "${failed[@]}"; do
+        echo "error: static check failed: $check" >&2
+    done
+    echo "error: no tests were run" >&2
+    exit 1
+fi
 
 # Prometheus and promtool (Debian's package) for the observability tests.
 deploy/prometheus.sh ensure

@@ -27,7 +27,7 @@ _TOOLS = ("transfer_funds", "delete_records", "send_email", "book_flight")
 @dataclass(slots=True)
 class RunPlan:
     events: list[Event]
-    outcome: str  # success | cancelled | interrupt
+    outcome: str  # success | cancelled | interrupt | failed (RUN_ERROR)
     interrupts: list[dict[str, Any]] = field(default_factory=list)
     suspended: list[str] = field(default_factory=list)  # subagent run ids left suspended
     late_error: bool = False
@@ -108,9 +108,9 @@ KINDS = ("tool_call", "input_required", "approval_required", CUSTOM_REASON)
 
 def _outcome(rng: random.Random, depth: int) -> str:
     if depth == 0:
-        weights = {"success": 0.2, "cancelled": 0.1, "interrupt": 0.7}
+        weights = {"success": 0.17, "cancelled": 0.1, "failed": 0.03, "interrupt": 0.7}
     elif depth < MAX_DEPTH:
-        weights = {"success": 0.55, "cancelled": 0.05, "interrupt": 0.4}
+        weights = {"success": 0.52, "cancelled": 0.05, "failed": 0.03, "interrupt": 0.4}
     else:
         return "success"
     return rng.choices(list(weights), list(weights.values()))[0]
@@ -142,6 +142,9 @@ def plan_run(
         stream.append(ev.run_finished(thread_id, run_id, ev.interrupted(plan.interrupts)))
     elif outcome == "cancelled":
         stream.append(ev.run_finished(thread_id, run_id, ev.cancelled()))
+    elif outcome == "failed":
+        stream.append(ev.run_error("the agent's model call failed", "MODEL_ERROR"))
+        return plan
     else:
         if rng.random() < 0.5:
             stream += ev.tool_call(_id("call"), "lookup", '{"q": "status"}')

@@ -87,7 +87,7 @@ async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
     proc = await asyncio.create_subprocess_exec(
         str(GATEWAY_BIN),
         *argv,
-        env=ns.env(http_port=0),
+        env={**ns.env(http_port=0), "COLUMNS": "400"},  # one line per figure
         cwd=str(REPO_ROOT),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -101,7 +101,7 @@ async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
             while line := (await proc.stdout.readline()).decode():
                 lines.append(line)
                 # the first periodic summary: traffic flows, so /metrics must show it
-                if metrics_seen is None and line.startswith("  forwarded"):
+                if metrics_seen is None and line.startswith("  requests forwarded"):
                     url = re.search(r"http://\S+/metrics", "".join(lines))
                     assert url, "".join(lines)
                     metrics_seen = await asyncio.to_thread(fetch, url.group(0))
@@ -123,10 +123,10 @@ async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
 
     assert out.count(FINAL_MARKER) == 1, out
     summary = out.split(FINAL_MARKER, 1)[1]
-    forwarded = int(field(summary, "forwarded"))
-    rejected = int(field(summary, "rejected"))
-    duplicates = int(field(summary, "duplicates"))
-    reasons = pairs(field(summary, "rejected by reason"))
+    forwarded = int(field(summary, "requests forwarded"))
+    rejected = int(field(summary, "requests rejected"))
+    duplicates = int(field(summary, "duplicate requests"))
+    reasons = pairs(field(summary, "rejection reasons"))
     assert forwarded > 0, summary
     assert duplicates > 0, summary
     for reason in ("uncovered_interrupt", "payload_schema_mismatch", "malformed_input"):
@@ -136,6 +136,9 @@ async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
     # every simulated request got the verdict and reasons its scenario called for
     assert field(summary, "unexpected verdicts") == "0", summary
     assert int(field(summary, "conversations started")) >= DURATION_S * 10 * 0.8, summary
+    # failed runs are published and the gateway closes them as failed
+    assert pairs(field(summary, "runs published by outcome"))["failed"] > 0, summary
+    assert pairs(field(summary, "runs closed by outcome"))["failed"] > 0, summary
 
     # the gateway's metrics agree with what it committed to Kafka
     run_requests = await collect(

@@ -10,7 +10,6 @@ a directory outside the checkout, with `installed.script(name)`.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import venv
@@ -19,25 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.checkout import REPO_ROOT, copy_checkout
 from tests.integration.conftest import kafka_bootstrap, unique_name  # noqa: F401
-from tests.integration.support import REPO_ROOT
 
-# What never goes into a build: local state, caches, other venvs.
-NOT_SOURCES = shutil.ignore_patterns(
-    ".git",
-    ".venv*",
-    ".kafka",
-    ".cache",
-    "build",
-    "dist",
-    "*.egg-info",
-    "__pycache__",
-    ".pytest_cache",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".hypothesis",
-    "results",
-)
 PIP_TIMEOUT_S = 600
 
 
@@ -80,8 +63,7 @@ class Installed:
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's wheel, built from a copy of the checkout's sources."""
-    src = tmp_path_factory.mktemp("src") / "agui-gateway"
-    shutil.copytree(REPO_ROOT, src, ignore=NOT_SOURCES, symlinks=True)
+    src = copy_checkout(tmp_path_factory.mktemp("src") / "agui-gateway")
     out = tmp_path_factory.mktemp("wheel")
     _run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(src)],
