@@ -16,7 +16,11 @@ for arg in "$@"; do
     esac
 done
 
-export KAFKA_PORT="${KAFKA_PORT:-9092}"
-deploy/kafka.sh start
-export AGUI_GATEWAY_BOOTSTRAP_SERVERS="${AGUI_GATEWAY_BOOTSTRAP_SERVERS:-127.0.0.1:$KAFKA_PORT}"
+# With AGUI_GATEWAY_BOOTSTRAP_SERVERS set (e.g. localhost:9092, the compose
+# stack's broker), no local broker is started.
+if [ -z "${AGUI_GATEWAY_BOOTSTRAP_SERVERS:-}" ]; then
+    export KAFKA_PORT="${KAFKA_PORT:-9092}"
+    deploy/kafka.sh start
+    export AGUI_GATEWAY_BOOTSTRAP_SERVERS="127.0.0.1:$KAFKA_PORT"
+fi
 exec "$VENV/bin/agui-gateway" demo "$@"

@@ -8,12 +8,15 @@ import subprocess
 from pathlib import Path
 
 from tests.checkout import copy_checkout
+from tests.integration.support import Namespace
 
 DEV_TOOLS = {"pytest", "mypy", "ruff", "hypothesis", "pyinstrument", "ag-ui-validate"}
 NEEDED = {"agui-gateway", "aiokafka", "fastavro", "pydantic", "prometheus-client", "rich"}
 
 
-def test_run_sh_installs_the_gateway_without_the_dev_tools(tmp_path: Path) -> None:
+def test_run_sh_installs_the_gateway_without_the_dev_tools(
+    tmp_path: Path, kafka_bootstrap: str, unique_name
+) -> None:
     tree = copy_checkout(tmp_path / "clone")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["KAFKA_PORT"] = "not-a-port"  # --help must not start a broker
@@ -54,3 +57,21 @@ def test_run_sh_installs_the_gateway_without_the_dev_tools(tmp_path: Path) -> No
     )
     assert where.returncode == 0, where.stderr
     assert (tree / ".venv-run") in Path(where.stdout.strip()).parents, where.stdout
+
+    # Given a broker (as the compose stack's), run.sh starts none and runs the demo on it.
+    ns = Namespace(kafka_bootstrap)
+    demo_env = {**ns.env(http_port=0), "KAFKA_PORT": "not-a-port", "COLUMNS": "200"}
+    demo_env.pop("PYTHONPATH", None)
+    agent = unique_name("rs")[:20]
+    demo = subprocess.run(
+        [str(tree / "scripts" / "run.sh"), "--agent", agent, "--duration", "4", "--rate", "2"],
+        cwd=tree,
+        env=demo_env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert "kafka.sh" not in demo.stderr, demo.stderr
+    assert "=== final summary ===" in demo.stdout
