@@ -138,6 +138,25 @@ class Gateway:
         }
 
     async def run(self, stop: asyncio.Event) -> None:
+        clean = False
+        try:
+            await self._start_clients()
+            log.info("gateway started", extra={"settings": self.settings.masked()})
+            consumer = self.consumer
+            assert consumer is not None
+            while not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=self.settings.poll_timeout_ms)
+                async with self._lock:
+                    await self._round(batch)
+            clean = True
+        finally:
+            self._running = False
+            # Never raises: an error that ended the loop is the one that propagates.
+            await self._shutdown(commit=clean)
+
+    async def _start_clients(self) -> None:
+        """Start the admin client and both consumers (each kept as soon as constructed, so
+        a failed start still closes what was opened)."""
         s = self.settings
         self.admin = AIOKafkaAdminClient(client_id=f"{s.client_id}-admin", **self._common())
         await self.admin.start()
@@ -169,35 +188,43 @@ class Gateway:
         await self.offsets.start()
         self.consumer.subscribe(pattern=s.subscription_pattern(), listener=_Listener(self))
         self._running = True
-        log.info("gateway started", extra={"settings": s.masked()})
-        try:
-            while not stop.is_set():
-                batch = await self.consumer.getmany(timeout_ms=s.poll_timeout_ms)
-                async with self._lock:
-                    await self._round(batch)
-        finally:
-            self._running = False
-            await self._shutdown()
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, commit: bool = True) -> None:
+        """Commit what ready pairs decided (only after a clean stop), then close every client.
+
+        Nothing here raises: each failure is logged and the next client is still closed.
+        After a failed round nothing is committed: the next owner reads those records
+        again from the last commit.
+        """
         async with self._lock:
             for task in list(self._restore_tasks):
                 task.cancel()
             for slot in list(self.slots.values()):
-                if slot.ready and slot.pair.has_pending():
-                    await self._commit(slot)
+                if commit and slot.ready and slot.pair.has_pending():
+                    try:
+                        await self._commit(slot)
+                    except Exception:
+                        log.exception(
+                            "final commit failed",
+                            extra={"agent": slot.pair.agent, "partition": slot.pair.partition},
+                        )
             for slot in list(self.slots.values()):
                 await self._close_producer(slot)
             self.slots.clear()
             self.by_tp.clear()
         if self._closers:  # producers of pairs given up mid-round: they need the lock
             await asyncio.gather(*list(self._closers), return_exceptions=True)
-        if self.consumer is not None:
-            await self.consumer.stop()  # leaves the group
-        if self.offsets is not None:
-            await self.offsets.stop()
+        for name, client in (("consumer", self.consumer), ("offsets", self.offsets)):
+            if client is not None:
+                try:
+                    await client.stop()  # the consumer leaves the group
+                except Exception:
+                    log.exception(f"closing the {name} client failed")
         if self.admin is not None:
-            await self.admin.close()
+            try:
+                await self.admin.close()
+            except Exception:
+                log.exception("closing the admin client failed")
         log.info("gateway stopped")
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
@@ -313,13 +340,15 @@ class Gateway:
         producer = slot.producer
         if producer is None or slot.discarded:
             return False
-        records = pair.out + pair.changelog_records()
         offsets = {}
         for side, offset in pair.next_offsets.items():
             tp = slot.events_tp if side == "events" else slot.requests_tp
             if tp is not None:
                 offsets[tp] = offset
         try:
+            # Building the records is inside: a defect there aborts this pair's round
+            # (it is read again from the last commit), it never escapes the loop.
+            records = pair.out + pair.changelog_records()
             await producer.begin_transaction()
             for r in records:
                 await producer.send(
