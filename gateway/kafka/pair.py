@@ -24,6 +24,7 @@ from gateway.codec.records import (
     InRecord,
     OutRecord,
     Undecodable,
+    correlation,
     decode_json,
     dumps,
     from_consumer,
@@ -442,8 +443,8 @@ class PartitionPair:
         carried as the bytes received."""
         m, agent = self.metrics, self.agent
         code = str(Reason.INTERNAL_ERROR)
-        correlation = record.header(HEADER_CORRELATION_ID)
-        headers = [(HEADER_CORRELATION_ID, correlation.encode())] if correlation else []
+        correlation_id = record.header_bytes(HEADER_CORRELATION_ID)
+        headers = [(HEADER_CORRELATION_ID, correlation_id)] if correlation_id is not None else []
         key = _output_key(record, thread_id)
         as_received = raw_input(record.value, MAX_CARRIED_INPUT)
         reply = {
@@ -451,7 +452,7 @@ class PartitionPair:
             "agent": agent,
             "threadId": thread_id,
             "runId": None,
-            "correlationId": correlation,
+            **correlation(correlation_id),
             "reasons": [
                 carried(
                     Finding(
@@ -487,15 +488,15 @@ class PartitionPair:
         """A decision's outputs. `raw` is the request's JSON (NOT_DECODED if unread)."""
         m, agent = self.metrics, self.agent
         self._defer(m.requests.labels(agent, str(decision.verdict)).inc)
-        correlation = record.header(HEADER_CORRELATION_ID)
-        headers = [(HEADER_CORRELATION_ID, correlation.encode())] if correlation else []
+        correlation_id = record.header_bytes(HEADER_CORRELATION_ID)
+        headers = [(HEADER_CORRELATION_ID, correlation_id)] if correlation_id is not None else []
         key = _output_key(record, thread_id)
         envelope: dict[str, Any] = {
             "verdict": str(decision.verdict),
             "agent": agent,
             "threadId": thread_id,
             "runId": decision.run_id,
-            "correlationId": correlation,
+            **correlation(correlation_id),
         }
         for warning in decision.warnings:
             self._warn(warning, record, thread_id, decision.run_id)

@@ -28,9 +28,10 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord
 
 from gateway.codec import changelog
+from gateway.codec.records import HEADER_REPLY_TO
 from gateway.core.state import RunStatus
 from gateway.kafka.pair import PairContext, PartitionPair
-from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
+from gateway.kafka.topics import LEGAL_TOPIC, TopicNames, changelog_configs, ensure_topics
 from gateway.observe.metrics import Metrics
 from gateway.observe.warnings import WarningLimiter
 from gateway.settings import Settings
@@ -258,6 +259,7 @@ class Gateway:
             slot.pair.take(entry[1], messages, mono)
         ready = [s for s in self.slots.values() if s.ready]
         await self._fences(ready)
+        await self._refresh_for_replies(ready)
         wall_ms = int(self.wall_clock() * 1000)
         for slot in ready:
             if slot.discarded:
@@ -326,6 +328,35 @@ class Gateway:
         for slot in waiting:
             if slot.events_tp is not None and slot.events_tp in ends:
                 slot.pair.set_fence(ends[slot.events_tp])
+
+    async def _refresh_for_replies(self, ready: list[PairSlot]) -> None:
+        """Refresh the metadata once when a buffered request names a reply topic not seen yet.
+
+        A service may create its reply topic just before sending the request; the
+        metadata would show it only after `discovery_interval_ms`. One refresh per round
+        covers every such request; a topic still unknown after it is warned about.
+        """
+        assert self.consumer is not None
+        unknown: set[str] = set()
+        for slot in ready:
+            for request in slot.pair.requests:
+                topic = request.header(HEADER_REPLY_TO)
+                if (
+                    topic
+                    and topic not in unknown
+                    and LEGAL_TOPIC.match(topic)
+                    and self._reply_topic_allowed_by_name(topic)
+                    and not self._topic_exists(topic)
+                ):
+                    unknown.add(topic)
+        if not unknown:
+            return
+        self.metrics.reply_topic_refreshes.inc()
+        log.debug("refreshing metadata for reply topics", extra={"topics": sorted(unknown)[:10]})
+        try:
+            await asyncio.wait_for(self.consumer._client.force_metadata_update(), timeout=5)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("metadata refresh for reply topics failed", extra={"error": repr(exc)})
 
     async def _commit(self, slot: PairSlot) -> bool:
         """Commit the pair's round in one transaction; False if it did not commit.
@@ -788,9 +819,11 @@ class Gateway:
 
     def _reply_topic_allowed(self, topic: str) -> bool:
         """Whether a request may have its reply written to `topic`."""
-        if topic in self._own_topics or any(p.match(topic) for p in self._own_patterns):
-            return False
-        return self._topic_exists(topic)
+        return self._reply_topic_allowed_by_name(topic) and self._topic_exists(topic)
+
+    def _reply_topic_allowed_by_name(self, topic: str) -> bool:
+        """Whether `topic` is none of the gateway's own topics."""
+        return topic not in self._own_topics and not any(p.match(topic) for p in self._own_patterns)
 
     def _topic_exists(self, topic: str) -> bool:
         if self.consumer is None:

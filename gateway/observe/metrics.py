@@ -151,6 +151,16 @@ class Metrics:
             "1 for an agent refused (mismatched partitions, changelog).",
             ("agent",),
         )
+        self.reply_topic_refreshes = counter(
+            "reply_topic_refreshes",
+            "Metadata refreshes because a request named a reply topic not seen yet.",
+        )
+        self.kafka_retries = counter(
+            "kafka_retries",
+            "Expected retriable Kafka errors retried by the client (e.g. KIP-890's "
+            "NOT_ENOUGH_REPLICAS on a transaction's first write), by error.",
+            ("error",),
+        )
         self.build_info = Info(PREFIX + "build", "Gateway version.", registry=registry)
         self.build_info.info({"version": __version__})
 

@@ -651,3 +651,62 @@ def test_an_event_whose_state_cannot_be_encoded_is_a_warning_and_leaves_the_stat
     assert warning["code"] == "internal_error" and warning["threadId"] == "t2"
     assert pair.store.get("t2") is None
     assert [r.key for r in pair.changelog_records()] == [b"t1"]
+
+
+BINARY_ID = bytes([0x8F, 0xFF, 0x00, 0x41]) + bytes(range(12))  # 16 bytes, not UTF-8
+
+
+@pytest.mark.parametrize(
+    ("raw", "members"),
+    [
+        (BINARY_ID, {"correlationId": "j/8AQQABAgMEBQYHCAkKCw==", "correlationIdEncoding": "base64"}),
+        ("c-é".encode(), {"correlationId": "c-é"}),
+        (b"", {"correlationId": ""}),
+    ],
+)
+def test_a_correlation_id_is_carried_as_received_and_never_dropped(raw, members):
+    pair, _ = make_pair()
+    f = Feed()
+    headers = [("agui-reply-to", b"replies"), ("agui-correlation-id", raw)]
+    pair.take("events", [f.rec("events", started(), 1), f.rec("events", interrupted(), 2)])
+    pair.take(
+        "requests",
+        [
+            f.rec("requests", answer(), 3, headers=headers),  # forwarded
+            f.rec("requests", answer("r9", "zz"), 4, headers=headers),  # rejected
+        ],
+    )
+    pair.set_fence(2)
+    pair.process(2, 0, 0)
+    outs = [r for r in pair.out if r.topic != "agui.warnings"]
+    assert [r.topic for r in outs] == [
+        "agui.bot.run-requests",
+        "replies",
+        "agui.rejections",
+        "replies",
+    ]
+    for record in outs:
+        assert record.headers == [("agui-correlation-id", raw)]
+    for record in outs[1:]:
+        body = jsonio.loads(record.value)
+        assert {k: v for k, v in body.items() if k.startswith("correlationId")} == members
+
+
+def test_an_internal_error_rejection_carries_a_binary_correlation_id(monkeypatch):
+    import gateway.kafka.pair as pair_module
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(pair_module, "judge", boom)
+    pair, _ = make_pair(wait_s=0.0)
+    f = Feed()
+    headers = [("agui-correlation-id", BINARY_ID)]
+    pair.take("requests", [f.rec("requests", answer(), 3, headers=headers)])
+    pair.set_fence(0)
+    pair.process(None, 0, 0)
+    (rejection,) = pair.out
+    assert rejection.headers == [("agui-correlation-id", BINARY_ID)]
+    body = jsonio.loads(rejection.value)
+    assert body["correlationIdEncoding"] == "base64"
+    assert body["correlationId"] == "j/8AQQABAgMEBQYHCAkKCw=="

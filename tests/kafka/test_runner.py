@@ -685,3 +685,53 @@ async def test_a_failing_final_commit_does_not_stop_the_clients_closing(gw):
     stop.set()
     await gw.run(stop)  # a clean stop: the failed final commit is logged, not raised
     assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
+
+
+# --- reply topics created just before the request ----------------------------------------
+
+
+def refreshing(gw, creates: set[str]) -> list[int]:
+    """The fake cluster's metadata refresh: it shows `creates` once refreshed."""
+    calls: list[int] = []
+
+    async def refresh() -> bool:
+        calls.append(1)
+        gw.consumer.topics |= creates
+        return True
+
+    gw.consumer._client.force_metadata_update = refresh
+    return calls
+
+
+async def test_a_reply_topic_created_just_before_the_request_gets_its_reply(gw):
+    ev, rq = tps()
+    gw.consumer.topics = {*OWN_TOPICS}
+    calls = refreshing(gw, {"fresh-replies"})
+    await assign(gw, ev, rq)
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
+    sent = gw.producers.made[0].sent
+    assert [t for t, _ in sent if t == "fresh-replies"] == ["fresh-replies"]
+    assert not [t for t, _ in sent if t == "agui.warnings"]
+    assert calls == [1]
+    assert gw.metrics.reply_topic_refreshes._value.get() == 1
+
+
+async def test_a_reply_topic_that_does_not_exist_is_refreshed_once_then_warned(gw):
+    ev, rq = tps()
+    gw.consumer.topics = {*OWN_TOPICS, "replies"}
+    calls = refreshing(gw, set())
+    await assign(gw, ev, rq)
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    batch = decided_round(ev, rq, [("agui-reply-to", b"absent")])
+    batch[rq].append(rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"absent")]))
+    await gw._round(batch)
+    warnings = [orjson.loads(v) for t, v in gw.producers.made[0].sent if t == "agui.warnings"]
+    assert [w["code"] for w in warnings] == ["reply_topic_unknown"] * 2
+    assert calls == [1]  # once for the round, not once per request
+    # a known topic, or one of the gateway's own, never costs a refresh
+    await gw._round({rq: [rec(rq, 2, 7, ANSWER, [("agui-reply-to", b"replies")])]})
+    await gw._round({rq: [rec(rq, 3, 8, ANSWER, [("agui-reply-to", b"agui.warnings")])]})
+    assert calls == [1]
