@@ -659,7 +659,10 @@ BINARY_ID = bytes([0x8F, 0xFF, 0x00, 0x41]) + bytes(range(12))  # 16 bytes, not 
 @pytest.mark.parametrize(
     ("raw", "members"),
     [
-        (BINARY_ID, {"correlationId": "j/8AQQABAgMEBQYHCAkKCw==", "correlationIdEncoding": "base64"}),
+        (
+            BINARY_ID,
+            {"correlationId": "j/8AQQABAgMEBQYHCAkKCw==", "correlationIdEncoding": "base64"},
+        ),
         ("c-é".encode(), {"correlationId": "c-é"}),
         (b"", {"correlationId": ""}),
     ],
