@@ -32,6 +32,7 @@ from gateway.codec.records import HEADER_REPLY_TO
 from gateway.core.state import RunStatus
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.topics import LEGAL_TOPIC, TopicNames, changelog_configs, ensure_topics
+from gateway.observe import logs
 from gateway.observe.metrics import Metrics
 from gateway.observe.warnings import WarningLimiter
 from gateway.settings import Settings
@@ -139,6 +140,8 @@ class Gateway:
         }
 
     async def run(self, stop: asyncio.Event) -> None:
+        retries = self.metrics.kafka_retries
+        logs.KAFKA_LOGS.on_retry = lambda error: retries.labels(error).inc()
         clean = False
         try:
             await self._start_clients()
@@ -147,6 +150,7 @@ class Gateway:
             assert consumer is not None
             while not stop.is_set():
                 batch = await consumer.getmany(timeout_ms=self.settings.poll_timeout_ms)
+                logs.KAFKA_LOGS.tick()  # "kafka connection back" once errors stopped
                 async with self._lock:
                     await self._round(batch)
             clean = True

@@ -168,6 +168,7 @@ class Metrics:
         """Create the transaction series at zero, so rate() sees their first increment."""
         for result in ("committed", "aborted", "fenced"):
             self.transactions.labels(result)
+        self.kafka_retries.labels("NOT_ENOUGH_REPLICAS")
 
     def prime_agent(self, agent: str) -> None:
         """Create an agent's bounded series at zero when it is first served."""
