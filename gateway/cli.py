@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pydantic import ValidationError
+from gateway import __version__
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -16,6 +14,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Enforce AG-UI 1.0 interrupt/resume rules between agents and their "
         "callers on Kafka.",
     )
+    parser.add_argument("--version", action="version", version=f"agui-gateway {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     check = commands.add_parser(
@@ -46,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "run",
         help="run the gateway (settings from AGUI_GATEWAY_* variables and the config file)",
+        description="Run the gateway until SIGTERM or SIGINT. Everything it writes to stderr "
+        "is JSON Lines, fatal errors included (exit 2).",
+        epilog=settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
     demo = commands.add_parser(
@@ -82,15 +85,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings_errors(exc: ValidationError) -> list[str]:
-    """One line per invalid setting, named as its environment variable."""
-    lines = []
-    for error in exc.errors(include_url=False):
-        name = ".".join(str(part) for part in error["loc"])
-        where = f"{name} (env AGUI_GATEWAY_{name.upper()})" if name else "(settings)"
-        got = f" (got {error['input']!r})" if error["type"] != "missing" else ""
-        lines.append(f"{where}: {error['msg']}{got}")
-    return lines
+def settings_help() -> str:
+    """Every setting with its environment variable, default and meaning, from the model."""
+    from gateway.settings import CONFIG_FILE_ENV, setting_fields
+
+    lines = [
+        "settings (environment variables; the same names in lower case, without the prefix,",
+        f"in the TOML file named by {CONFIG_FILE_ENV}; the environment wins):",
+    ]
+    for _, env, default, description in setting_fields():
+        shown = "none" if default is None else str(default)
+        lines.append(f"  {env} (default: {shown})")
+        lines.append(f"      {description}")
+    return "\n".join(lines)
+
+
+def _fatal(command: str, lines: list[str]) -> None:
+    """A fatal error before the command ran: JSON log records for `run` (whose stderr is
+    JSON Lines only), one plain line each for the interactive commands."""
+    if command == "run":
+        import logging
+
+        from gateway.observe import logs
+
+        logs.configure("INFO")
+        for line in lines:
+            logging.getLogger("gateway.cli").error(f"agui-gateway: {line}")
+        return
+    for line in lines:
+        print(f"agui-gateway: {line}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,16 +124,18 @@ def main(argv: list[str] | None = None) -> int:
         return check.main(args.events, args.input, args.now, args.strict)
     from pydantic import ValidationError
 
-    from gateway.settings import Settings
+    from gateway.settings import Settings, SettingsSourceError, error_lines
 
     try:
         settings = Settings()
     except ValidationError as exc:
-        for line in _settings_errors(exc):
-            print(f"agui-gateway: invalid setting {line}", file=sys.stderr)
+        _fatal(args.command, [f"invalid setting {line}" for line in error_lines(exc)])
+        return 2
+    except SettingsSourceError as exc:
+        _fatal(args.command, [f"invalid settings: {line}" for line in exc.lines])
         return 2
     except (ValueError, FileNotFoundError) as exc:
-        print(f"agui-gateway: invalid settings: {exc}", file=sys.stderr)
+        _fatal(args.command, [f"invalid settings: {exc}"])
         return 2
     if args.command == "run":
         from gateway import service

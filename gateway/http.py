@@ -1,19 +1,56 @@
-"""/healthz, /readyz and /metrics over a minimal asyncio HTTP/1.1 server."""
+"""/healthz, /readyz and /metrics: a Starlette app served by uvicorn on the gateway's loop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
+import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 log = logging.getLogger("gateway.http")
 
 Readiness = Callable[[], tuple[bool, dict[str, Any]]]
+
+
+def app(registry: CollectorRegistry, readiness: Readiness) -> Starlette:
+    """The endpoints. GET and HEAD only (Starlette answers 405 otherwise, 404 elsewhere)."""
+
+    async def healthz(request: Request) -> Response:
+        return Response(b'{"status":"alive"}\n', media_type="application/json")
+
+    async def readyz(request: Request) -> Response:
+        ok, details = readiness()
+        body = orjson.dumps({"ready": ok, **details}) + b"\n"
+        return Response(body, status_code=200 if ok else 503, media_type="application/json")
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ]
+    )
+
+
+class _Server(uvicorn.Server):
+    """uvicorn inside the gateway's own loop: the gateway owns SIGTERM and SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class HttpServer:
@@ -22,46 +59,50 @@ class HttpServer:
         self.port = port
         self.registry = registry
         self.readiness = readiness
-        self._server: asyncio.Server | None = None
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
-        port = self._server.sockets[0].getsockname()[1]
+        """Bind (an OSError when the address cannot be bound) and serve; the bound port."""
+        sock = _bind(self.host, self.port)
+        port = int(sock.getsockname()[1])
+        config = uvicorn.Config(
+            app(self.registry, self.readiness),
+            log_config=None,  # uvicorn's records go to the gateway's JSON handler
+            access_log=False,
+            lifespan="off",
+            timeout_keep_alive=5,
+        )
+        server = _Server(config)
+        self._server = server
+        self._task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            if self._task.done():
+                sock.close()
+                self._task.result()  # its exception, if it failed
+                raise OSError(f"the HTTP server on {self.host}:{port} stopped while starting")
+            await asyncio.sleep(0.01)
         log.info("http listening", extra={"host": self.host, "port": port})
-        return int(port)
+        return port
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(Exception):
+            await self._task
+        self._server = self._task = None
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
-            method, target = request.split(b"\r\n", 1)[0].decode("latin-1").split(" ")[:2]
-            status, content_type, body = self._route(method, target.split("?", 1)[0])
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                + (body if method != "HEAD" else b"")
-            )
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
 
-    def _route(self, method: str, path: str) -> tuple[str, str, bytes]:
-        if method not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", "text/plain", b"method not allowed\n"
-        if path == "/healthz":
-            return "200 OK", "application/json", b'{"status":"alive"}\n'
-        if path == "/readyz":
-            ok, details = self.readiness()
-            body = orjson.dumps({"ready": ok, **details}) + b"\n"
-            return ("200 OK" if ok else "503 Service Unavailable"), "application/json", body
-        if path == "/metrics":
-            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry)
-        return "404 Not Found", "text/plain", b"not found\n"
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock

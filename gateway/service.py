@@ -1,11 +1,12 @@
-"""`agui-gateway run`: the gateway with its HTTP endpoints, until SIGTERM/SIGINT."""
+"""`agui-gateway run`: the gateway with its HTTP endpoints, until SIGTERM/SIGINT.
+
+Everything it writes to stderr is a JSON log record, its fatal errors included."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
-import sys
 
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -29,7 +30,13 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await http.start()
+    try:
+        await http.start()
+    except OSError as exc:
+        raise HttpBindError(
+            f"cannot listen for HTTP on {settings.http_host}:{settings.http_port}: "
+            f"{exc.strerror or exc}"
+        ) from exc
     try:
         await gateway.run(stop)
     finally:
@@ -42,12 +49,20 @@ def main(settings: Settings) -> int:
         asyncio.run(serve(settings))
     except KeyboardInterrupt:
         pass
+    except HttpBindError as exc:
+        log.error(f"agui-gateway run: {exc}", extra={"error": repr(exc.__cause__)})
+        return 2
     except (KafkaError, OSError) as exc:
-        log.error("gateway stopped: %s", exc, extra={"error": repr(exc)})
-        print(
-            f"agui-gateway run: cannot run against Kafka at {settings.bootstrap_servers} "
-            f"(or bind {settings.http_host}:{settings.http_port}): {exc!r}",
-            file=sys.stderr,
+        log.error(
+            f"agui-gateway run: cannot run against Kafka at {settings.bootstrap_servers}: {exc!r}",
+            extra={"error": repr(exc)},
         )
         return 2
+    except Exception:
+        log.exception("agui-gateway run: the gateway failed")
+        return 1
     return 0
+
+
+class HttpBindError(OSError):
+    """The HTTP endpoints' address cannot be bound."""

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,66 +27,114 @@ _AGENT = "{agent}"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AGUI_GATEWAY_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="AGUI_GATEWAY_", frozen=True, extra="forbid", use_attribute_docstrings=True
+    )
 
     # --- Kafka connection -------------------------------------------------------------
     bootstrap_servers: str = "127.0.0.1:9092"
+    """Kafka bootstrap servers: host:port, comma-separated."""
     client_id: str = "agui-gateway"
+    """Client id prefix of every Kafka client the gateway opens."""
     group_id: str = "agui-gateway"
+    """Consumer group; also prefixes the transactional ids."""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
     sasl_mechanism: str | None = None  # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, ...
+    """SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, ...)."""
     sasl_plain_username: str | None = None
+    """SASL user name."""
     sasl_plain_password: SecretStr | None = None
+    """SASL password (masked)."""
     ssl_cafile: Path | None = None
+    """TLS: CA certificates file."""
     ssl_certfile: Path | None = None
+    """TLS: client certificate file."""
     ssl_keyfile: Path | None = None
+    """TLS: client key file."""
     ssl_password: SecretStr | None = None
+    """TLS: the client key's password (masked)."""
 
     # --- Topics (templates: {agent} is the agent's name) -----------------------------
     events_topic: str = "agui.{agent}.events"
+    """Events topic template ({agent} is the agent's name)."""
     requests_topic: str = "agui.{agent}.requests"
+    """Requests topic template."""
     run_requests_topic: str = "agui.{agent}.run-requests"
+    """Forwarded requests topic template."""
     changelog_topic: str = "agui.{agent}.gateway-changelog"
+    """Thread state changelog topic template."""
     rejections_topic: str = "agui.rejections"
+    """Rejections topic (all agents)."""
     warnings_topic: str = "agui.warnings"
+    """Warnings topic (all agents)."""
     agent_name_pattern: str = r"[A-Za-z0-9_-]+"
+    """Regular expression an agent's name ({agent}) must match."""
 
     # --- Judging ---------------------------------------------------------------------
     strict: bool = False
+    """Unrecognised resume entries and unknown threads reject instead of warn."""
 
     # --- Processing ------------------------------------------------------------------
     merge_max_wait_ms: int = Field(
         default=5000, ge=0
     )  # wait for a lagging events side before judging
+    """Longest wait for a lagging events side before judging a request."""
     poll_timeout_ms: int = Field(default=100, ge=1)
+    """Consumer poll timeout."""
     max_poll_records: int = Field(default=2000, ge=1)
+    """Records per poll."""
     commit_interval_ms: int = Field(
         default=1000, ge=1
     )  # most delay for offsets of state-neutral records
+    """Longest delay before committing what events alone changed."""
     transaction_timeout_ms: int = Field(default=60000, ge=1000)
+    """Producer transaction timeout."""
     revoke_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a revoke waits for the round in progress."""
     discovery_interval_ms: int = Field(
         default=5000, ge=100
     )  # how often new agents' topics are seen
+    """Metadata refresh: how soon new agents' topics are seen."""
     session_timeout_ms: int = Field(default=10000, ge=1000)
+    """Consumer group session timeout."""
     heartbeat_interval_ms: int = Field(default=2000, ge=100)
+    """Consumer group heartbeat interval."""
 
     # --- State retention ---------------------------------------------------------------
     thread_retention_s: float = Field(
         default=7 * 24 * 3600, gt=0
     )  # idle threads, no open interrupts
+    """How long an idle thread without open interrupts is kept."""
     interrupt_grace_s: float = Field(default=24 * 3600, ge=0)  # kept past the last expiresAt
+    """How long a thread is kept past its interrupts' last expiresAt."""
     interrupt_retention_s: float = Field(default=30 * 24 * 3600, gt=0)  # open interrupts, no expiry
+    """How long a thread with open interrupts and no readable expiry is kept."""
     sweep_interval_s: float = Field(default=10.0, gt=0)
+    """How often expiries and retention are checked."""
 
     # --- Warnings ----------------------------------------------------------------------
     warning_burst: int = Field(default=5, ge=1)  # identical warnings per thread before suppression
+    """Identical warnings per thread and code published before suppression."""
     warning_window_s: float = Field(default=60.0, gt=0)
+    """The warning rate limit's window."""
 
     # --- HTTP and logs -----------------------------------------------------------------
     http_host: str = "127.0.0.1"
+    """Address of the HTTP endpoints (/healthz, /readyz, /metrics)."""
     http_port: int = Field(default=9464, ge=0, le=65535)
+    """Port of the HTTP endpoints (0: any free port)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """DEBUG, INFO, WARNING or ERROR."""
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port_list(cls, value: str) -> str:
+        for server in value.split(","):
+            problem = _host_port_problem(server.strip())
+            if problem:
+                raise ValueError(f"{server.strip()!r} {problem}; expected host:port[,host:port...]")
+        return value
 
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod
@@ -102,13 +152,18 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        unknown = unknown_environment(settings_cls)
+        if unknown:
+            raise SettingsSourceError(
+                [f"environment variable {name} names no setting" for name in unknown]
+            )
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = os.environ.get(CONFIG_FILE_ENV)
         if config_file:
             path = Path(config_file)
             if not path.is_file():
                 raise FileNotFoundError(f"{CONFIG_FILE_ENV}={config_file}: no such file")
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            sources.append(_TomlFile(settings_cls, toml_file=path))
         return tuple(sources)
 
     # --- derived -------------------------------------------------------------------------
@@ -154,3 +209,117 @@ class Settings(BaseSettings):
     def masked(self) -> dict[str, Any]:
         """Every setting, secrets masked: what the gateway logs at start."""
         return self.model_dump(mode="json")
+
+
+# --- where settings come from, and what is wrong with them ---------------------------------
+
+
+class SettingsSourceError(ValueError):
+    """Settings that cannot even be read: one line per problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+class _TomlFile(TomlConfigSettingsSource):
+    """The settings file; a syntax error names the file."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            return super()._read_file(file_path)
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsSourceError(
+                [f"settings file {file_path}: not valid TOML: {exc}"]
+            ) from exc
+
+
+def _host_port_problem(server: str) -> str | None:
+    host, sep, port = server.rpartition(":")
+    if not sep or not host:
+        return "is not host:port"
+    if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
+        return "has a malformed host (an IPv6 address is written [address]:port)"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        return "has no port between 1 and 65535"
+    return None
+
+
+def setting_fields(
+    model: type[BaseModel] = Settings,
+    path: tuple[str, ...] = (),
+    config: SettingsConfigDict | None = None,
+) -> Iterator[tuple[str, str, Any, str]]:
+    """Every setting, nested ones included: (dotted name, environment variable, default,
+    description). Names follow the settings' own environment prefix and nested delimiter."""
+    config = config if config is not None else SettingsConfigDict(**model.model_config)  # type: ignore[typeddict-item]
+    prefix = str(config.get("env_prefix") or "")
+    delimiter = config.get("env_nested_delimiter")
+    for name, field in model.model_fields.items():
+        here = (*path, field.alias or name)
+        nested = _model_in(field.annotation)
+        env = prefix + (delimiter or "__").join(here).upper()
+        if nested is not None and delimiter:
+            yield ".".join(here), env, field.get_default(), field.description or ""
+            yield from setting_fields(nested, here, config)
+            continue
+        yield ".".join(here), env, field.get_default(), field.description or ""
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The settings model a field holds (also when optional), if any."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def unknown_environment(model: type[BaseSettings] = Settings, environ: Any = None) -> list[str]:
+    """`AGUI_GATEWAY_*` variables that name no setting (nor the settings file)."""
+    environ = os.environ if environ is None else environ
+    prefix = str(model.model_config.get("env_prefix") or "").upper()
+    known = {env.upper() for _, env, _, _ in setting_fields(model)} | {CONFIG_FILE_ENV}
+    return sorted(
+        name for name in environ if name.upper().startswith(prefix) and name.upper() not in known
+    )
+
+
+def error_lines(exc: ValidationError) -> list[str]:
+    """One line per invalid setting, naming where it came from: its environment variable,
+    or the settings file and key."""
+    envs = {dotted: env for dotted, env, _, _ in setting_fields()}
+    file_name = os.environ.get(CONFIG_FILE_ENV)
+    in_file: dict[str, Any] = {}
+    if file_name:
+        try:
+            with open(file_name, "rb") as f:
+                in_file = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError):
+            in_file = {}
+    environ = {k.upper() for k in os.environ}
+    lines = []
+    for error in exc.errors(include_url=False):
+        name = ".".join(str(part) for part in error["loc"])
+        env = envs.get(name) or envs.get(str(error["loc"][0]) if error["loc"] else "")
+        if env and env.upper() in environ:
+            where = f"{name} (env {env})"
+        elif file_name and _in_file(in_file, error["loc"]):
+            where = f"{name} (settings file {file_name}, key {name})"
+        elif name:
+            where = name
+        else:
+            where = "(settings)"
+        if error["type"] == "extra_forbidden":
+            lines.append(f"{where}: no such setting")
+            continue
+        got = f" (got {error['input']!r})" if error["type"] != "missing" else ""
+        lines.append(f"{where}: {error['msg']}{got}")
+    return lines
+
+
+def _in_file(data: Any, loc: tuple[Any, ...]) -> bool:
+    for part in loc:
+        if not isinstance(data, dict) or part not in data:
+            return False
+        data = data[part]
+    return bool(loc)

@@ -60,3 +60,111 @@ def test_subscription_pattern_matches_events_and_requests_only():
         "agui.a.b.events",
     ):
         assert not pattern.match(other)
+
+
+# --- where settings come from, and their errors ------------------------------------------
+
+from pydantic import BaseModel  # noqa: E402
+from pydantic_settings import SettingsConfigDict  # noqa: E402
+
+from gateway.settings import (  # noqa: E402
+    SettingsSourceError,
+    error_lines,
+    setting_fields,
+    unknown_environment,
+)
+
+
+def test_every_setting_has_a_description_and_an_environment_variable():
+    fields = list(setting_fields())
+    assert {name for name, _, _, _ in fields} == set(Settings.model_fields)
+    for name, env, _, description in fields:
+        assert env == f"AGUI_GATEWAY_{name.upper()}"
+        assert description.strip(), f"{name} has no description"
+
+
+def test_an_environment_variable_naming_no_setting_is_an_error(monkeypatch, tmp_path):
+    path = tmp_path / "gateway.toml"
+    path.write_text("strict = true\n")
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))  # names the file: not a setting, no error
+    monkeypatch.setenv("AGUI_GATEWAY_STRICT", "false")
+    assert Settings().strict is False
+    monkeypatch.setenv("AGUI_GATEWAY_BOOTSTRAP_SERVER", "typo:9092")
+    with pytest.raises(SettingsSourceError) as raised:
+        Settings()
+    assert raised.value.lines == [
+        "environment variable AGUI_GATEWAY_BOOTSTRAP_SERVER names no setting"
+    ]
+
+
+def test_new_settings_nested_ones_included_are_known_to_the_environment_check():
+    class Tls(BaseModel):
+        cafile: str | None = None
+        """CA file."""
+
+    class Extended(Settings):
+        model_config = SettingsConfigDict(env_nested_delimiter="__")
+        tls: Tls | None = None
+        """TLS, nested."""
+        extra_knob: int = 1
+        """A new setting."""
+
+    environ = {
+        "AGUI_GATEWAY_EXTRA_KNOB": "2",
+        "AGUI_GATEWAY_TLS__CAFILE": "/ca.pem",
+        "AGUI_GATEWAY_TLS__CAFILES": "/typo.pem",
+        "AGUI_GATEWAY_CONFIG_FILE": "x.toml",
+        "OTHER": "1",
+    }
+    assert unknown_environment(Extended, environ) == ["AGUI_GATEWAY_TLS__CAFILES"]
+    assert unknown_environment(Settings, environ) == [
+        "AGUI_GATEWAY_EXTRA_KNOB",
+        "AGUI_GATEWAY_TLS__CAFILE",
+        "AGUI_GATEWAY_TLS__CAFILES",
+    ]
+
+
+def test_an_error_in_the_settings_file_names_the_file_and_the_key(monkeypatch, tmp_path):
+    path = tmp_path / "gateway.toml"
+    path.write_text('bogus = 1\nmerge_max_wait_ms = -1\ngroup_id = "g"\n')
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    with pytest.raises(ValidationError) as raised:
+        Settings()
+    assert sorted(error_lines(raised.value)) == [
+        f"bogus (settings file {path}, key bogus): no such setting",
+        f"merge_max_wait_ms (settings file {path}, key merge_max_wait_ms): "
+        "Input should be greater than or equal to 0 (got -1)",
+    ]
+    monkeypatch.setenv("AGUI_GATEWAY_MERGE_MAX_WAIT_MS", "-2")  # the environment wins
+    with pytest.raises(ValidationError) as raised:
+        Settings()
+    assert (
+        "merge_max_wait_ms (env AGUI_GATEWAY_MERGE_MAX_WAIT_MS): "
+        "Input should be greater than or equal to 0 (got '-2')"
+    ) in error_lines(raised.value)
+
+
+def test_a_settings_file_that_is_not_toml_names_the_file(monkeypatch, tmp_path):
+    path = tmp_path / "gateway.toml"
+    path.write_text("group_id = \n")
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    with pytest.raises(SettingsSourceError) as raised:
+        Settings()
+    (line,) = raised.value.lines
+    assert line.startswith(f"settings file {path}: not valid TOML: ")
+
+
+@pytest.mark.parametrize(
+    "servers",
+    ["kafka:9092", "a:1,b:65535", "[::1]:9092", "10.0.0.1:9092, 10.0.0.2:9092"],
+)
+def test_bootstrap_servers_as_a_host_port_list(servers):
+    assert Settings(bootstrap_servers=servers).bootstrap_servers == servers
+
+
+@pytest.mark.parametrize(
+    "servers", ["kafka", "kafka:", ":9092", "kafka:0", "kafka:70000", "a:1,,b:2", "::1:9092", "k:x"]
+)
+def test_bootstrap_servers_that_are_not_host_port_are_refused(servers):
+    with pytest.raises(ValidationError, match="expected host:port"):
+        Settings(bootstrap_servers=servers)

@@ -41,8 +41,29 @@ class InRecord:
                     return None
         return None
 
+    def header_bytes(self, name: str) -> bytes | None:
+        """A header's value exactly as received (the first of that name), or None."""
+        for key, value in self.headers:
+            if key == name and value is not None:
+                return bytes(value)
+        return None
+
     def source(self) -> dict[str, Any]:
         return source_of(self)
+
+
+def correlation(value: bytes | None) -> dict[str, Any]:
+    """The JSON members carrying a correlation id: the text when UTF-8, else base64 with
+    `correlationIdEncoding: "base64"`; null when there was none. Never dropped."""
+    if value is None:
+        return {"correlationId": None}
+    try:
+        return {"correlationId": value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {
+            "correlationId": base64.b64encode(value).decode(),
+            "correlationIdEncoding": "base64",
+        }
 
 
 def source_of(record: Any) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from gateway.codec.records import (
     InRecord,
     OutRecord,
     Undecodable,
+    correlation,
     decode_json,
     dumps,
     from_consumer,
@@ -49,7 +50,7 @@ from gateway.core.classify import KNOWN_TYPES, EventKind, classify
 from gateway.core.findings import Finding
 from gateway.core.sweep import expire_due
 from gateway.kafka.topics import LEGAL_TOPIC, AgentTopics
-from gateway.observe.metrics import Metrics, event_type_label, reason_label
+from gateway.observe.metrics import Metrics, event_type_label, outcome_label, reason_label
 from gateway.observe.warnings import WarningLimiter
 from gateway.state.retention import Retention
 from gateway.state.store import ThreadStore
@@ -178,6 +179,9 @@ class PartitionPair:
         self._decided: list[float] = []
         self._open_delta = 0
         self._thread_delta = 0
+        # the changelog value of each state put this round, encoded inside the record's
+        # defect boundary (a state that cannot be encoded fails its record, not the round)
+        self._encoded: dict[str, tuple[ThreadState, bytes]] = {}
         self.dirty_since: float | None = None
         # committed facts
         self.open_interrupts = 0
@@ -360,7 +364,7 @@ class PartitionPair:
     def _count_change(self, change: Change, state: ThreadState) -> None:
         m, agent = self.metrics, self.agent
         if change is Change.CLOSED:
-            self._defer(m.runs_closed.labels(agent, state.outcome or "success").inc)
+            self._defer(m.runs_closed.labels(agent, outcome_label(state.outcome)).inc)
             for interrupt in state.interrupts:
                 self._defer(m.interrupts_raised.labels(agent, reason_label(interrupt.reason)).inc)
         elif change is Change.FAILED:
@@ -439,8 +443,8 @@ class PartitionPair:
         carried as the bytes received."""
         m, agent = self.metrics, self.agent
         code = str(Reason.INTERNAL_ERROR)
-        correlation = record.header(HEADER_CORRELATION_ID)
-        headers = [(HEADER_CORRELATION_ID, correlation.encode())] if correlation else []
+        correlation_id = record.header_bytes(HEADER_CORRELATION_ID)
+        headers = [(HEADER_CORRELATION_ID, correlation_id)] if correlation_id is not None else []
         key = _output_key(record, thread_id)
         as_received = raw_input(record.value, MAX_CARRIED_INPUT)
         reply = {
@@ -448,7 +452,7 @@ class PartitionPair:
             "agent": agent,
             "threadId": thread_id,
             "runId": None,
-            "correlationId": correlation,
+            **correlation(correlation_id),
             "reasons": [
                 carried(
                     Finding(
@@ -484,15 +488,15 @@ class PartitionPair:
         """A decision's outputs. `raw` is the request's JSON (NOT_DECODED if unread)."""
         m, agent = self.metrics, self.agent
         self._defer(m.requests.labels(agent, str(decision.verdict)).inc)
-        correlation = record.header(HEADER_CORRELATION_ID)
-        headers = [(HEADER_CORRELATION_ID, correlation.encode())] if correlation else []
+        correlation_id = record.header_bytes(HEADER_CORRELATION_ID)
+        headers = [(HEADER_CORRELATION_ID, correlation_id)] if correlation_id is not None else []
         key = _output_key(record, thread_id)
         envelope: dict[str, Any] = {
             "verdict": str(decision.verdict),
             "agent": agent,
             "threadId": thread_id,
             "runId": decision.run_id,
-            "correlationId": correlation,
+            **correlation(correlation_id),
         }
         for warning in decision.warnings:
             self._warn(warning, record, thread_id, decision.run_id)
@@ -588,7 +592,14 @@ class PartitionPair:
             if not due:
                 continue
             changes += 1
-            self._put(state, new)
+            try:
+                self._put(state, new)
+            except Exception:
+                log.exception(
+                    "internal error storing a thread's expired interrupts; state left as it was",
+                    extra={"agent": self.agent, "threadId": thread_id},
+                )
+                continue
             for interrupt in due:
                 self._defer(self.metrics.interrupts_expired.labels(self.agent).inc)
                 self._warn(
@@ -657,6 +668,8 @@ class PartitionPair:
     # --- state and the round's bookkeeping ---------------------------------------------------
 
     def _put(self, old: ThreadState | None, new: ThreadState) -> None:
+        # First: a state that cannot be encoded raises here, before anything changed.
+        self._encoded[new.thread_id] = (new, changelog.encode(new))
         self._open_delta += len(new.interrupts) - (len(old.interrupts) if old else 0)
         if old is None:
             self._thread_delta += 1
@@ -670,6 +683,7 @@ class PartitionPair:
         self._open_delta -= len(old.interrupts)
         self._thread_delta -= 1
         self._active.discard(old.thread_id.encode())
+        self._encoded.pop(old.thread_id, None)
         self.store.delete(old.thread_id)
 
     def _defer(self, update: Callable[[], None]) -> None:
@@ -685,21 +699,38 @@ class PartitionPair:
                     )
                 )
                 continue
-            value: bytes | None = changelog.encode(state)
-            if value is not None and len(value) > MAX_RECORD_BYTES:
-                value = self._slimmed(state, len(value))
-                if value is None:
-                    continue
-            out.append(
-                OutRecord(
-                    self.topics.changelog,
-                    thread_id.encode(),
-                    value,
-                    changelog.hints(state),
-                    partition=self.partition,
+            try:
+                record = self._changelog_record(thread_id, state)
+            except Exception:
+                # `_put` encoded this state already; a defect here is a backstop's matter:
+                # the thread is kept in memory only, the round still commits.
+                log.exception(
+                    "internal error encoding a thread state; kept in memory only",
+                    extra={"agent": self.agent, "threadId": thread_id},
                 )
-            )
+                continue
+            if record is not None:
+                out.append(record)
         return out
+
+    def _changelog_record(self, thread_id: str, state: ThreadState) -> OutRecord | None:
+        cached = self._encoded.get(thread_id)
+        value: bytes | None
+        if cached is not None and cached[0] is state:
+            value = cached[1]
+        else:
+            value = changelog.encode(state)
+        if len(value) > MAX_RECORD_BYTES:
+            value = self._slimmed(state, len(value))
+            if value is None:
+                return None
+        return OutRecord(
+            self.topics.changelog,
+            thread_id.encode(),
+            value,
+            changelog.hints(state),
+            partition=self.partition,
+        )
 
     def _slimmed(self, state: ThreadState, size: int) -> bytes | None:
         """A state too large for one record: kept without what makes it large.
@@ -769,6 +800,7 @@ class PartitionPair:
         self._decided = []
         self._open_delta = 0
         self._thread_delta = 0
+        self._encoded = {}
         self.dirty_since = None
 
 

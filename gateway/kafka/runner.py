@@ -28,9 +28,11 @@ from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord
 
 from gateway.codec import changelog
+from gateway.codec.records import HEADER_REPLY_TO
 from gateway.core.state import RunStatus
 from gateway.kafka.pair import PairContext, PartitionPair
-from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
+from gateway.kafka.topics import LEGAL_TOPIC, TopicNames, changelog_configs, ensure_topics
+from gateway.observe import logs
 from gateway.observe.metrics import Metrics
 from gateway.observe.warnings import WarningLimiter
 from gateway.settings import Settings
@@ -138,6 +140,28 @@ class Gateway:
         }
 
     async def run(self, stop: asyncio.Event) -> None:
+        retries = self.metrics.kafka_retries
+        logs.KAFKA_LOGS.on_retry = lambda error: retries.labels(error).inc()
+        clean = False
+        try:
+            await self._start_clients()
+            log.info("gateway started", extra={"settings": self.settings.masked()})
+            consumer = self.consumer
+            assert consumer is not None
+            while not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=self.settings.poll_timeout_ms)
+                logs.KAFKA_LOGS.tick()  # "kafka connection back" once errors stopped
+                async with self._lock:
+                    await self._round(batch)
+            clean = True
+        finally:
+            self._running = False
+            # Never raises: an error that ended the loop is the one that propagates.
+            await self._shutdown(commit=clean)
+
+    async def _start_clients(self) -> None:
+        """Start the admin client and both consumers (each kept as soon as constructed, so
+        a failed start still closes what was opened)."""
         s = self.settings
         self.admin = AIOKafkaAdminClient(client_id=f"{s.client_id}-admin", **self._common())
         await self.admin.start()
@@ -169,35 +193,43 @@ class Gateway:
         await self.offsets.start()
         self.consumer.subscribe(pattern=s.subscription_pattern(), listener=_Listener(self))
         self._running = True
-        log.info("gateway started", extra={"settings": s.masked()})
-        try:
-            while not stop.is_set():
-                batch = await self.consumer.getmany(timeout_ms=s.poll_timeout_ms)
-                async with self._lock:
-                    await self._round(batch)
-        finally:
-            self._running = False
-            await self._shutdown()
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, commit: bool = True) -> None:
+        """Commit what ready pairs decided (only after a clean stop), then close every client.
+
+        Nothing here raises: each failure is logged and the next client is still closed.
+        After a failed round nothing is committed: the next owner reads those records
+        again from the last commit.
+        """
         async with self._lock:
             for task in list(self._restore_tasks):
                 task.cancel()
             for slot in list(self.slots.values()):
-                if slot.ready and slot.pair.has_pending():
-                    await self._commit(slot)
+                if commit and slot.ready and slot.pair.has_pending():
+                    try:
+                        await self._commit(slot)
+                    except Exception:
+                        log.exception(
+                            "final commit failed",
+                            extra={"agent": slot.pair.agent, "partition": slot.pair.partition},
+                        )
             for slot in list(self.slots.values()):
                 await self._close_producer(slot)
             self.slots.clear()
             self.by_tp.clear()
         if self._closers:  # producers of pairs given up mid-round: they need the lock
             await asyncio.gather(*list(self._closers), return_exceptions=True)
-        if self.consumer is not None:
-            await self.consumer.stop()  # leaves the group
-        if self.offsets is not None:
-            await self.offsets.stop()
+        for name, client in (("consumer", self.consumer), ("offsets", self.offsets)):
+            if client is not None:
+                try:
+                    await client.stop()  # the consumer leaves the group
+                except Exception:
+                    log.exception(f"closing the {name} client failed")
         if self.admin is not None:
-            await self.admin.close()
+            try:
+                await self.admin.close()
+            except Exception:
+                log.exception("closing the admin client failed")
         log.info("gateway stopped")
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
@@ -231,6 +263,7 @@ class Gateway:
             slot.pair.take(entry[1], messages, mono)
         ready = [s for s in self.slots.values() if s.ready]
         await self._fences(ready)
+        await self._refresh_for_replies(ready)
         wall_ms = int(self.wall_clock() * 1000)
         for slot in ready:
             if slot.discarded:
@@ -300,6 +333,35 @@ class Gateway:
             if slot.events_tp is not None and slot.events_tp in ends:
                 slot.pair.set_fence(ends[slot.events_tp])
 
+    async def _refresh_for_replies(self, ready: list[PairSlot]) -> None:
+        """Refresh the metadata once when a buffered request names a reply topic not seen yet.
+
+        A service may create its reply topic just before sending the request; the
+        metadata would show it only after `discovery_interval_ms`. One refresh per round
+        covers every such request; a topic still unknown after it is warned about.
+        """
+        assert self.consumer is not None
+        unknown: set[str] = set()
+        for slot in ready:
+            for request in slot.pair.requests:
+                topic = request.header(HEADER_REPLY_TO)
+                if (
+                    topic
+                    and topic not in unknown
+                    and LEGAL_TOPIC.match(topic)
+                    and self._reply_topic_allowed_by_name(topic)
+                    and not self._topic_exists(topic)
+                ):
+                    unknown.add(topic)
+        if not unknown:
+            return
+        self.metrics.reply_topic_refreshes.inc()
+        log.debug("refreshing metadata for reply topics", extra={"topics": sorted(unknown)[:10]})
+        try:
+            await asyncio.wait_for(self.consumer._client.force_metadata_update(), timeout=5)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("metadata refresh for reply topics failed", extra={"error": repr(exc)})
+
     async def _commit(self, slot: PairSlot) -> bool:
         """Commit the pair's round in one transaction; False if it did not commit.
 
@@ -313,13 +375,15 @@ class Gateway:
         producer = slot.producer
         if producer is None or slot.discarded:
             return False
-        records = pair.out + pair.changelog_records()
         offsets = {}
         for side, offset in pair.next_offsets.items():
             tp = slot.events_tp if side == "events" else slot.requests_tp
             if tp is not None:
                 offsets[tp] = offset
         try:
+            # Building the records is inside: a defect there aborts this pair's round
+            # (it is read again from the last commit), it never escapes the loop.
+            records = pair.out + pair.changelog_records()
             await producer.begin_transaction()
             for r in records:
                 await producer.send(
@@ -759,9 +823,11 @@ class Gateway:
 
     def _reply_topic_allowed(self, topic: str) -> bool:
         """Whether a request may have its reply written to `topic`."""
-        if topic in self._own_topics or any(p.match(topic) for p in self._own_patterns):
-            return False
-        return self._topic_exists(topic)
+        return self._reply_topic_allowed_by_name(topic) and self._topic_exists(topic)
+
+    def _reply_topic_allowed_by_name(self, topic: str) -> bool:
+        """Whether `topic` is none of the gateway's own topics."""
+        return topic not in self._own_topics and not any(p.match(topic) for p in self._own_patterns)
 
     def _topic_exists(self, topic: str) -> bool:
         if self.consumer is None:

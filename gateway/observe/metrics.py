@@ -26,9 +26,14 @@ KNOWN_REASONS = frozenset(
     }
 )
 OTHER = "other"
-# 1 s to 7 days.
+# 50 ms to 7 days: services answer in well under a second, people in minutes to days.
 RESPONSE_BUCKETS = (
+    0.05,
+    0.1,
+    0.25,
+    0.5,
     1,
+    2.5,
     5,
     15,
     30,
@@ -46,11 +51,19 @@ RESPONSE_BUCKETS = (
     345600,
     604800,
 )
+# How a run closes (`runs_closed_total`'s outcome label).
+RUN_OUTCOMES = ("success", "interrupt", "cancelled", "failed")
 DECISION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 def reason_label(reason: str) -> str:
     return reason if reason in KNOWN_REASONS else OTHER
+
+
+def outcome_label(outcome: str | None) -> str:
+    if outcome is None:
+        return "success"
+    return outcome if outcome in RUN_OUTCOMES else OTHER
 
 
 def event_type_label(event_type: object) -> str:
@@ -138,6 +151,16 @@ class Metrics:
             "1 for an agent refused (mismatched partitions, changelog).",
             ("agent",),
         )
+        self.reply_topic_refreshes = counter(
+            "reply_topic_refreshes",
+            "Metadata refreshes because a request named a reply topic not seen yet.",
+        )
+        self.kafka_retries = counter(
+            "kafka_retries",
+            "Expected retriable Kafka errors retried by the client (e.g. KIP-890's "
+            "NOT_ENOUGH_REPLICAS on a transaction's first write), by error.",
+            ("error",),
+        )
         self.build_info = Info(PREFIX + "build", "Gateway version.", registry=registry)
         self.build_info.info({"version": __version__})
 
@@ -145,11 +168,20 @@ class Metrics:
         """Create the transaction series at zero, so rate() sees their first increment."""
         for result in ("committed", "aborted", "fenced"):
             self.transactions.labels(result)
+        self.kafka_retries.labels("NOT_ENOUGH_REPLICAS")
 
     def prime_agent(self, agent: str) -> None:
         """Create an agent's bounded series at zero when it is first served."""
-        from gateway.core.codes import Reason, Verdict, Warn
+        from gateway.core.codes import Reason, Rule, Verdict, Warn
 
+        for reason_value in (*sorted(KNOWN_REASONS), OTHER):
+            self.interrupts_raised.labels(agent, reason_value)
+        for outcome in RUN_OUTCOMES:
+            self.runs_closed.labels(agent, outcome)
+        for event_type in (*sorted(KNOWN_TYPES), "unknown"):
+            self.events.labels(agent, event_type)
+        for rule in Rule:
+            self.protocol_violations.labels(agent, str(rule))
         for verdict in Verdict:
             self.requests.labels(agent, str(verdict))
         for reason in Reason:

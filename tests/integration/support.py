@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from tests import record_schemas
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GATEWAY_BIN = Path(sys.executable).with_name("agui-gateway")
 
@@ -240,6 +242,10 @@ async def collect(
                 reached_at = reached_at or time.monotonic()
                 if time.monotonic() - reached_at >= settle:
                     break
+        kind = record_schemas.kind_of(topic)
+        if kind is not None:  # every rejection, reply and warning read follows its schema
+            for record in out:
+                record_schemas.check(kind, orjson.loads(record.value))
         return out
     finally:
         await consumer.stop()

@@ -237,3 +237,40 @@ async def test_an_agent_with_only_a_requests_topic_is_not_held_back(
         assert [f["runId"] for f in forwarded] == ["r"]  # long before the 60 s merge wait
     finally:
         await gateway.stop()
+
+
+async def test_a_reply_topic_created_just_before_its_request_gets_a_binary_correlated_reply(
+    ns: Namespace, create_topics, tmp_path
+) -> None:
+    """The trap of a hand-written service: a fresh reply topic, a 16-byte binary id."""
+    await ns.create_agent(AGENT, partitions=1)
+    # metadata would show the new topic only after 10 minutes without the refresh
+    gateway = await GatewayProcess(ns, tmp_path, discovery_interval_ms=600_000).start()
+    try:
+        thread = "thread-fresh"
+        await produce(
+            ns.bootstrap,
+            ns.events(AGENT),
+            [
+                (thread, started(thread, "run-1")),
+                (thread, interrupted(thread, "run-1", {"id": "ok", "reason": "tool_call"})),
+            ],
+        )
+        reply_topic = (await create_topics([f"{ns.prefix}.fresh-replies"], partitions=1))[0]
+        binary_id = bytes([0x8F, 0xFF, 0x00, 0x41]) + bytes(range(12))
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, resume(thread, "run-2", {"interruptId": "ok", "status": "resolved"}))],
+            headers=[("agui-reply-to", reply_topic.encode()), ("agui-correlation-id", binary_id)],
+        )
+        (reply,) = await collect(ns.bootstrap, reply_topic, count=1, settle=1.0)
+        body = values([reply])[0]
+        assert body["verdict"] == "forward"
+        assert body["correlationId"] == "j/8AQQABAgMEBQYHCAkKCw=="
+        assert body["correlationIdEncoding"] == "base64"
+        assert dict(reply.headers)["agui-correlation-id"] == binary_id
+        (forwarded,) = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, settle=1.0)
+        assert dict(forwarded.headers)["agui-correlation-id"] == binary_id
+    finally:
+        assert await gateway.stop() == 0

@@ -589,3 +589,127 @@ def test_a_state_too_large_for_one_record_is_written_without_its_schemas():
         ("b", None, "answer me"),
     ]
     assert pair.store.get("t1") == written  # memory judges as a restart would
+
+
+def _encode_failing_for(monkeypatch, thread_id: str, from_call: int = 1):
+    """changelog.encode raising for one thread's states, from its `from_call`th on."""
+    import gateway.kafka.pair as pair_module
+
+    real = pair_module.changelog.encode
+    calls = {"n": 0}
+
+    def encode(state):
+        if state.thread_id == thread_id:
+            calls["n"] += 1
+            if calls["n"] >= from_call:
+                raise TypeError("cannot encode this state")
+        return real(state)
+
+    monkeypatch.setattr(pair_module.changelog, "encode", encode)
+
+
+def test_a_state_that_cannot_be_encoded_rejects_its_request_and_the_partition_moves_on(
+    monkeypatch,
+):
+    _encode_failing_for(monkeypatch, "t1", from_call=3)  # the state the answer builds
+    pair, registry = make_pair()
+    f = Feed()
+    pair.take("events", [f.rec("events", started(), 1), f.rec("events", interrupted(), 2)])
+    first = f.rec("requests", answer(), 3)
+    other = f.rec("requests", {**answer("r5"), "threadId": "t2"}, 4, key="t2")
+    pair.take("requests", [first, other])
+    pair.set_fence(2)
+    pair.process(2, 0, 0)
+    # the answer of t1 built a state that cannot be encoded: rejected, nothing forwarded
+    rejection = jsonio.loads(pair.out[0].value)
+    assert pair.out[0].topic == "agui.rejections"
+    assert [r["code"] for r in rejection["reasons"]] == ["internal_error"]
+    assert "TypeError: cannot encode this state" in rejection["reasons"][0]["detail"]
+    # the partition moves on: the next request (another thread) is judged and forwarded
+    assert [r.key for r in pair.out if r.topic == "agui.bot.run-requests"] == [b"t2"]
+    assert len(pair.store.get("t1").interrupts) == 1  # still open, as before the request
+    assert pair.next_offsets == {"events": 2, "requests": 2}  # the partition moved on
+    # every changelog record the round writes can be built
+    monkeypatch.undo()  # the cached values are used: no encoding when the round commits
+    records = pair.changelog_records()
+    assert [r.key for r in records] == [b"t1", b"t2"]
+    assert len(changelog.decode(records[0].value).interrupts) == 1
+    pair.committed(0)
+    assert (
+        sample(registry, "agui_gateway_rejections_total", agent="bot", reason="internal_error") == 1
+    )
+
+
+def test_an_event_whose_state_cannot_be_encoded_is_a_warning_and_leaves_the_state(monkeypatch):
+    _encode_failing_for(monkeypatch, "t2")
+    pair, _ = make_pair()
+    f = Feed()
+    bad = f.rec("events", {"type": "RUN_STARTED", "threadId": "t2", "runId": "r9"}, 2, key="t2")
+    pair.take("events", [f.rec("events", started(), 1), bad])
+    pair.process(None, 0, 0)
+    (warning,) = [jsonio.loads(r.value) for r in pair.out]
+    assert warning["code"] == "internal_error" and warning["threadId"] == "t2"
+    assert pair.store.get("t2") is None
+    assert [r.key for r in pair.changelog_records()] == [b"t1"]
+
+
+BINARY_ID = bytes([0x8F, 0xFF, 0x00, 0x41]) + bytes(range(12))  # 16 bytes, not UTF-8
+
+
+@pytest.mark.parametrize(
+    ("raw", "members"),
+    [
+        (
+            BINARY_ID,
+            {"correlationId": "j/8AQQABAgMEBQYHCAkKCw==", "correlationIdEncoding": "base64"},
+        ),
+        ("c-é".encode(), {"correlationId": "c-é"}),
+        (b"", {"correlationId": ""}),
+    ],
+)
+def test_a_correlation_id_is_carried_as_received_and_never_dropped(raw, members):
+    pair, _ = make_pair()
+    f = Feed()
+    headers = [("agui-reply-to", b"replies"), ("agui-correlation-id", raw)]
+    pair.take("events", [f.rec("events", started(), 1), f.rec("events", interrupted(), 2)])
+    pair.take(
+        "requests",
+        [
+            f.rec("requests", answer(), 3, headers=headers),  # forwarded
+            f.rec("requests", answer("r9", "zz"), 4, headers=headers),  # rejected
+        ],
+    )
+    pair.set_fence(2)
+    pair.process(2, 0, 0)
+    outs = [r for r in pair.out if r.topic != "agui.warnings"]
+    assert [r.topic for r in outs] == [
+        "agui.bot.run-requests",
+        "replies",
+        "agui.rejections",
+        "replies",
+    ]
+    for record in outs:
+        assert record.headers == [("agui-correlation-id", raw)]
+    for record in outs[1:]:
+        body = jsonio.loads(record.value)
+        assert {k: v for k, v in body.items() if k.startswith("correlationId")} == members
+
+
+def test_an_internal_error_rejection_carries_a_binary_correlation_id(monkeypatch):
+    import gateway.kafka.pair as pair_module
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(pair_module, "judge", boom)
+    pair, _ = make_pair(wait_s=0.0)
+    f = Feed()
+    headers = [("agui-correlation-id", BINARY_ID)]
+    pair.take("requests", [f.rec("requests", answer(), 3, headers=headers)])
+    pair.set_fence(0)
+    pair.process(None, 0, 0)
+    (rejection,) = pair.out
+    assert rejection.headers == [("agui-correlation-id", BINARY_ID)]
+    body = jsonio.loads(rejection.value)
+    assert body["correlationIdEncoding"] == "base64"
+    assert body["correlationId"] == "j/8AQQABAgMEBQYHCAkKCw=="

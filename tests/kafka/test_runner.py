@@ -100,6 +100,12 @@ class FakeConsumer:
     def highwater(self, tp: TopicPartition) -> int | None:
         return None
 
+    async def getmany(self, timeout_ms: int = 0) -> dict:
+        return {}
+
+    async def stop(self) -> None:
+        self.stopped = True
+
 
 class FakeOffsets:
     def __init__(self) -> None:
@@ -107,6 +113,9 @@ class FakeOffsets:
 
     async def end_offsets(self, partitions):
         return {tp: self.ends.get(tp, 0) for tp in partitions}
+
+    async def stop(self) -> None:
+        self.stopped = True
 
 
 class FakeProducer:
@@ -601,3 +610,128 @@ async def test_the_restore_reader_is_stopped_when_its_start_is_cancelled(monkeyp
     with pytest.raises(asyncio.CancelledError):
         await task
     assert [r.stopped for r in FakeReader.made] == [True]
+
+
+# --- defects while building a round, and shutting down ----------------------------------
+
+
+async def test_a_defect_building_a_rounds_records_aborts_that_pair_and_the_loop_goes_on(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+
+    def broken() -> list:
+        raise TypeError("cannot build the changelog")
+
+    slot.pair.changelog_records = broken
+    gw.consumer.positions[ev] = 2
+    gw.offsets.ends = {ev: 2}
+    await gw._round(decided_round(ev, rq))  # does not raise
+    assert transactions(gw, "aborted") == 1 and transactions(gw, "committed") == 0
+    assert not slot.ready and ev in gw.consumer.paused  # rewound, prepared again
+    del slot.pair.changelog_records
+    await settle(gw)
+    assert slot.ready and gw.consumer.positions[ev] == 0  # rewound
+    gw.consumer.positions[ev] = 2
+    await gw._round(decided_round(ev, rq))
+    assert transactions(gw, "committed") == 1 and forwards(gw) == 1
+
+
+async def test_a_failed_round_propagates_its_own_error_and_every_client_is_closed(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    with_pending_forward(gw, slot)
+    producer = slot.producer
+    commits: list[PairSlot] = []
+
+    async def started() -> None:
+        return None
+
+    async def failing_round(batch) -> None:
+        raise RuntimeError("the first error")
+
+    async def commit(s: PairSlot) -> bool:
+        commits.append(s)
+        raise RuntimeError("a second error")
+
+    gw._start_clients = started
+    gw._round = failing_round
+    gw._commit = commit
+    with pytest.raises(RuntimeError, match="the first error") as raised:
+        await gw.run(asyncio.Event())
+    assert raised.value.__suppress_context__ is False and raised.value.__context__ is None
+    assert commits == []  # a failed round's half-built outputs are never committed
+    assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
+    assert gw.slots == {} and not gw._running
+
+
+async def test_a_failing_final_commit_does_not_stop_the_clients_closing(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    with_pending_forward(gw, slot)
+    producer = slot.producer
+
+    async def started() -> None:
+        return None
+
+    async def commit(s: PairSlot) -> bool:
+        raise RuntimeError("commit failed")
+
+    gw._start_clients = started
+    gw._commit = commit
+    stop = asyncio.Event()
+    stop.set()
+    await gw.run(stop)  # a clean stop: the failed final commit is logged, not raised
+    assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
+
+
+# --- reply topics created just before the request ----------------------------------------
+
+
+def refreshing(gw, creates: set[str]) -> list[int]:
+    """The fake cluster's metadata refresh: it shows `creates` once refreshed."""
+    calls: list[int] = []
+
+    async def refresh() -> bool:
+        calls.append(1)
+        gw.consumer.topics |= creates
+        return True
+
+    gw.consumer._client.force_metadata_update = refresh
+    return calls
+
+
+async def test_a_reply_topic_created_just_before_the_request_gets_its_reply(gw):
+    ev, rq = tps()
+    gw.consumer.topics = {*OWN_TOPICS}
+    calls = refreshing(gw, {"fresh-replies"})
+    await assign(gw, ev, rq)
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
+    sent = gw.producers.made[0].sent
+    assert [t for t, _ in sent if t == "fresh-replies"] == ["fresh-replies"]
+    assert not [t for t, _ in sent if t == "agui.warnings"]
+    assert calls == [1]
+    assert gw.metrics.reply_topic_refreshes._value.get() == 1
+
+
+async def test_a_reply_topic_that_does_not_exist_is_refreshed_once_then_warned(gw):
+    ev, rq = tps()
+    gw.consumer.topics = {*OWN_TOPICS, "replies"}
+    calls = refreshing(gw, set())
+    await assign(gw, ev, rq)
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    batch = decided_round(ev, rq, [("agui-reply-to", b"absent")])
+    batch[rq].append(rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"absent")]))
+    await gw._round(batch)
+    warnings = [orjson.loads(v) for t, v in gw.producers.made[0].sent if t == "agui.warnings"]
+    assert [w["code"] for w in warnings] == ["reply_topic_unknown"] * 2
+    assert calls == [1]  # once for the round, not once per request
+    # a known topic, or one of the gateway's own, never costs a refresh
+    await gw._round({rq: [rec(rq, 2, 7, ANSWER, [("agui-reply-to", b"replies")])]})
+    await gw._round({rq: [rec(rq, 3, 8, ANSWER, [("agui-reply-to", b"agui.warnings")])]})
+    assert calls == [1]

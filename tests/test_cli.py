@@ -1,0 +1,26 @@
+"""The command line: version, generated help."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import __version__, cli
+from gateway.settings import Settings, setting_fields
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["--version"])
+    assert raised.value.code == 0
+    assert capsys.readouterr().out.strip() == f"agui-gateway {__version__}"
+
+
+def test_run_help_lists_every_setting_with_its_variable_default_and_meaning(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = capsys.readouterr().out
+    fields = list(setting_fields())
+    assert len(fields) == len(Settings.model_fields)
+    for _, env, default, description in fields:
+        shown = "none" if default is None else str(default)
+        assert f"  {env} (default: {shown})\n      {description}\n" in text + "\n"

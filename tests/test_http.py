@@ -1,0 +1,69 @@
+"""The HTTP endpoints, served for real on a free port and asked over HTTP."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from gateway.http import HttpServer, app
+
+
+def registry() -> CollectorRegistry:
+    reg = CollectorRegistry()
+    Counter("agui_gateway_test", "A test counter.", registry=reg).inc(3)
+    return reg
+
+
+async def test_the_endpoints_answer_as_documented():
+    state = {"ready": False}
+    server = HttpServer(
+        "127.0.0.1", 0, registry(), lambda: (state["ready"], {"restoring": ["bot/0"]})
+    )
+    port = await server.start()
+    assert port > 0
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            health = await client.get("/healthz")
+            assert health.status_code == 200 and health.json() == {"status": "alive"}
+            not_ready = await client.get("/readyz")
+            assert not_ready.status_code == 503
+            assert not_ready.json() == {"ready": False, "restoring": ["bot/0"]}
+            state["ready"] = True
+            assert (await client.get("/readyz")).status_code == 200
+            metrics = await client.get("/metrics?name[]=x")
+            assert metrics.status_code == 200
+            assert metrics.headers["content-type"].startswith("text/plain; version=")
+            assert "agui_gateway_test_total 3.0" in metrics.text
+            head = await client.head("/metrics")
+            assert head.status_code == 200 and head.content == b""
+            assert (await client.post("/healthz")).status_code == 405
+            assert (await client.get("/nowhere")).status_code == 404
+    finally:
+        await server.stop()
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient() as client:
+            await client.get(f"http://127.0.0.1:{port}/healthz")
+
+
+async def test_a_port_in_use_is_an_oserror_from_start():
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        server = HttpServer("127.0.0.1", port, registry(), lambda: (True, {}))
+        with pytest.raises(OSError):
+            await server.start()
+        await server.stop()  # harmless when never started
+    finally:
+        taken.close()
+
+
+async def test_the_app_is_a_starlette_app_usable_on_its_own():
+    transport = httpx.ASGITransport(app=app(registry(), lambda: (True, {"running": True})))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        answer = await client.get("/readyz")
+    assert answer.status_code == 200 and answer.json() == {"ready": True, "running": True}
