@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # agui-gateway as a container image: `agui-gateway run`, configured by
 # AGUI_GATEWAY_* environment variables (README, "Settings").
 #
