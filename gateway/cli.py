@@ -45,8 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "run",
         help="run the gateway (settings from AGUI_GATEWAY_* variables and the config file)",
-        description="Run the gateway until SIGTERM or SIGINT. Everything it writes to stderr "
-        "is JSON Lines, fatal errors included (exit 2).",
+        description="Run the gateway until SIGTERM or SIGINT (exit 0). Everything it writes "
+        "to stderr is JSON Lines, fatal errors included (exit 2: settings, HTTP address, "
+        "Kafka at start; exit 1: an unexpected failure).",
         epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

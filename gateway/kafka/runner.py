@@ -126,6 +126,7 @@ class Gateway:
         self._assigned_once = False
         self._last_sweep = 0.0
         self._last_lag = 0.0
+        self._reply_refreshed_at = float("-inf")
         self._gauged_agents: set[str] = set()
         self._refused_gauged: set[str] = set()
         self._lag_gauged: set[TopicPartition] = set()
@@ -344,6 +345,8 @@ class Gateway:
         unknown: set[str] = set()
         for slot in ready:
             for request in slot.pair.requests:
+                if request.received < self._reply_refreshed_at:
+                    continue  # a refresh since it was consumed shows what it names
                 topic = request.header(HEADER_REPLY_TO)
                 if (
                     topic
@@ -355,6 +358,7 @@ class Gateway:
                     unknown.add(topic)
         if not unknown:
             return
+        self._reply_refreshed_at = time.monotonic()
         self.metrics.reply_topic_refreshes.inc()
         log.debug("refreshing metadata for reply topics", extra={"topics": sorted(unknown)[:10]})
         try:
