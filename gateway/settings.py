@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -22,6 +22,18 @@ from pydantic_settings import (
 
 CONFIG_FILE_ENV = "AGUI_GATEWAY_CONFIG_FILE"
 _AGENT = "{agent}"
+
+
+class BridgeAgent(BaseModel):
+    """One HTTP AG-UI agent the bridge serves (`agui-gateway bridge`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str  # where RunAgentInput is POSTed; `{agent}` is replaced by the agent's name
+    headers: dict[str, SecretStr] = {}  # extra request headers (e.g. Authorization), masked
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    read_timeout_s: float = Field(default=300.0, gt=0)  # longest silence within a stream
+    concurrent_runs: int = Field(default=16, ge=1)  # runs in flight for this agent
 
 
 class Settings(BaseSettings):
@@ -85,6 +97,24 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=9464, ge=0, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    # --- Agent bridge (agui-gateway bridge) ------------------------------------------------
+    bridge_agents: dict[str, BridgeAgent] = {}  # agent name -> its HTTP endpoint
+    bridge_agent_pattern: str | None = None  # more agents, by name (regex): served by...
+    bridge_default: BridgeAgent | None = None  # ...this endpoint (its url may use {agent})
+    bridge_group_id: str = "agui-gateway-bridge"  # also prefixes its transactional ids
+    bridge_runs_topic: str = "agui.{agent}.bridge-runs"  # the bridge's run markers (compacted)
+    bridge_max_event_bytes: int = Field(default=900_000, ge=1024, le=1_000_000)
+    bridge_buffered_events: int = Field(default=256, ge=1)  # per partition, before a run waits
+    bridge_pending_requests: int = Field(default=1000, ge=1)  # per partition, before pausing it
+    bridge_http_port: int = Field(default=9465, ge=0, le=65535)
+
+    @field_validator("bridge_runs_topic")
+    @classmethod
+    def _bridge_runs_has_agent(cls, value: str) -> str:
+        if value.count(_AGENT) != 1:
+            raise ValueError(f"a per-agent topic template must contain {_AGENT} exactly once")
+        return value
 
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod
@@ -150,6 +180,15 @@ class Settings(BaseSettings):
                 password=self.ssl_password.get_secret_value() if self.ssl_password else None,
             )
         return kwargs
+
+    def bridge_agent(self, agent: str) -> BridgeAgent | None:
+        """The endpoint the bridge uses for `agent`, or None when it serves no such agent."""
+        if agent in self.bridge_agents:
+            return self.bridge_agents[agent]
+        if self.bridge_agent_pattern and self.bridge_default is not None:
+            if re.fullmatch(self.bridge_agent_pattern, agent):
+                return self.bridge_default
+        return None
 
     def masked(self) -> dict[str, Any]:
         """Every setting, secrets masked: what the gateway logs at start."""
