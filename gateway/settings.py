@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     bridge_group_id: str = "agui-gateway-bridge"  # also prefixes its transactional ids
     bridge_runs_topic: str = "agui.{agent}.bridge-runs"  # the bridge's run markers (compacted)
     bridge_max_event_bytes: int = Field(default=900_000, ge=1024, le=1_000_000)
-    bridge_buffered_events: int = Field(default=256, ge=1)  # per partition, before a run waits
+    bridge_buffer_bytes: int = Field(default=8 << 20, ge=1)  # per partition, before runs wait
     bridge_pending_requests: int = Field(default=1000, ge=1)  # per partition, before pausing it
     bridge_http_port: int = Field(default=9465, ge=0, le=65535)
 

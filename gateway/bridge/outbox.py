@@ -1,7 +1,7 @@
 """One partition's transactional output: events, its run marker and its offset, together.
 
-Runs hand their events to the outbox, which holds at most `capacity` of them
-(a run waits for room: a slow broker slows the agent's stream through TCP,
+Runs hand their events to the outbox, which holds at most `capacity_bytes` of
+them (a run waits for room: a slow broker slows the agent's stream through TCP,
 never the bridge's memory). A loop writes what is held in one transaction with
 the partition's marker record and the consumed offset, group-committing
 whatever arrived meanwhile. `commit()` returns once everything handed in before
@@ -42,7 +42,7 @@ class Outbox:
         events_topic: str,
         runs_topic: str,
         group_id: str,
-        capacity: int,
+        capacity_bytes: int,
         metrics: BridgeMetrics,
     ) -> None:
         self.producer = producer
@@ -51,7 +51,8 @@ class Outbox:
         self.events_topic = events_topic
         self.runs_topic = runs_topic
         self.group_id = group_id
-        self.capacity = capacity
+        self.capacity_bytes = capacity_bytes
+        self._held_bytes = 0
         self.metrics = metrics
         self.failed: BaseException | None = None
         self._held: list[Record] = []
@@ -66,12 +67,13 @@ class Outbox:
 
     async def emit(self, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
         """Hold one event for the next transaction; waits while the outbox is full."""
-        while len(self._held) >= self.capacity:
+        while self._held and self._held_bytes + len(value) > self.capacity_bytes:
             self._check()
             self._room.clear()
             await self._room.wait()
         self._check()
         self._held.append((key, value, headers))
+        self._held_bytes += len(value)
         self._wake.set()
 
     async def commit(self) -> None:
@@ -91,6 +93,7 @@ class Outbox:
             await self._wake.wait()
             self._wake.clear()
             held, self._held = self._held, []
+            self._held_bytes = 0
             waiters, self._waiters = self._waiters, []
             self._room.set()
             try:

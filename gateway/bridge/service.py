@@ -172,7 +172,7 @@ class Bridge:
                 events_topic=s.topic(s.events_topic, agent),
                 runs_topic=runs_topic,
                 group_id=s.bridge_group_id,
-                capacity=s.bridge_buffered_events,
+                capacity_bytes=s.bridge_buffer_bytes,
                 metrics=self.metrics,
             )
             outbox.start()
