@@ -3,6 +3,9 @@
 - `approval_agent()`: a pydantic-ai agent (its AG-UI adapter) with a `FunctionModel`
   (no model, no network) and one tool that requires approval; counts requests and
   tool calls.
+- `langgraph_agent()`: a LangGraph graph whose node calls `interrupt()`, served by
+  ag-ui-langgraph's FastAPI endpoint with the 1.0 interrupt outcome; counts
+  requests and the node's runs past its interrupt.
 - `scripted_agent()`: an agent whose answer is chosen by the input's
   `forwardedProps.mode`, for the bridge's faults: 503, a hang, an early close, a
   slow run, an oversize or unreadable event.
@@ -71,6 +74,54 @@ def approval_agent() -> tuple[Starlette, Counters]:
     return Starlette(routes=[Route("/", run, methods=["POST"])]), counters
 
 
+LANGGRAPH_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}},
+    "required": ["approved"],
+}
+
+
+def langgraph_agent() -> tuple[Any, Counters]:
+    from ag_ui_langgraph import LangGraphAgent, add_langgraph_fastapi_endpoint
+    from fastapi import FastAPI
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.types import interrupt
+
+    counters = Counters()
+
+    def ask(state: MessagesState) -> dict[str, Any]:
+        answer = interrupt(
+            {
+                "message": "Approve transfer of 100 to alice?",
+                "reason": "tool_call",
+                "responseSchema": LANGGRAPH_SCHEMA,
+            }
+        )
+        counters.tool_calls += 1
+        return {"messages": [{"role": "assistant", "content": f"answered {answer}"}]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("ask", ask)
+    graph.add_edge(START, "ask")
+    graph.add_edge("ask", END)
+    agent = LangGraphAgent(
+        name="approvals",
+        graph=graph.compile(checkpointer=InMemorySaver()),
+        emit_interrupt_outcome=True,
+    )
+    app = FastAPI()
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Any) -> Any:
+        if request.method == "POST":
+            counters.requests += 1
+        return await call_next(request)
+
+    add_langgraph_fastapi_endpoint(app, agent, "/")
+    return app, counters
+
+
 def _sse(event: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(event) + b"\n\n"
 
@@ -115,7 +166,7 @@ def scripted_agent() -> tuple[Starlette, Counters]:
 class Served:
     """An ASGI app served by uvicorn in this event loop."""
 
-    def __init__(self, app: Starlette) -> None:
+    def __init__(self, app: Any) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.server = uvicorn.Server(

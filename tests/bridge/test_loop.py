@@ -1,5 +1,10 @@
-"""The whole loop with a real pydantic-ai agent: request -> gateway -> bridge -> agent -> events
--> gateway -> interrupt -> resume -> the approved tool runs exactly once."""
+"""The whole loop with real agents: request -> gateway -> bridge -> agent -> events -> gateway
+-> interrupt -> resume -> the approved action runs exactly once.
+
+One gateway and one bridge serve two real agents: pydantic-ai (its AG-UI adapter,
+a tool with `requires_approval=True`) and LangGraph (ag-ui-langgraph, a node that
+calls `interrupt()`).
+"""
 
 from __future__ import annotations
 
@@ -9,168 +14,161 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.bridge.agents import Served, approval_agent
+from tests.bridge.agents import Counters, Served, approval_agent, langgraph_agent
 from tests.bridge.support import BridgeProcess, TopicReader, bridge_settings, closed_runs
 from tests.integration.support import GatewayProcess, Namespace, header, produce
 
 pytestmark = pytest.mark.integration
 
-AGENT = "payments"
-FIRST = {
-    "threadId": "",
-    "runId": "",
-    "messages": [{"id": "u1", "role": "user", "content": "please pay alice"}],
-    "tools": [],
-    "context": [],
-    "state": {},
-    "forwardedProps": {},
-}
+PYDANTIC_AI = "payments"
+LANGGRAPH = "approvals"
+USER = [{"id": "u1", "role": "user", "content": "please pay alice"}]
 
 
-def first_input(thread: str) -> dict[str, Any]:
-    return {**FIRST, "threadId": thread, "runId": f"run-{uuid.uuid4().hex[:8]}"}
+def run_input(thread: str, messages: list[Any], resume: list[Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "threadId": thread,
+        "runId": f"run-{uuid.uuid4().hex[:8]}",
+        "messages": messages,
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": {},
+    }
+    if resume is not None:
+        body["resume"] = resume
+    return body
 
 
-def resume_input(
-    thread: str, events: list[dict[str, Any]], entries: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The next input as a client holding the history builds it (as @ag-ui/client does)."""
-    start = next(e for e in events if e["type"] == "TOOL_CALL_START")
+def history_after(events: list[dict[str, Any]]) -> list[Any]:
+    """The messages a client holding the history sends next (as @ag-ui/client builds them)."""
+    start = next((e for e in events if e["type"] == "TOOL_CALL_START"), None)
+    if start is None:
+        return USER
     args = "".join(e["delta"] for e in events if e["type"] == "TOOL_CALL_ARGS")
+    call = {
+        "id": start["toolCallId"],
+        "type": "function",
+        "function": {"name": start["toolCallName"], "arguments": args},
+    }
     assistant = {
         "id": start.get("parentMessageId") or "a1",
         "role": "assistant",
         "content": "",
-        "toolCalls": [
-            {
-                "id": start["toolCallId"],
-                "type": "function",
-                "function": {"name": start["toolCallName"], "arguments": args},
-            }
-        ],
+        "toolCalls": [call],
     }
-    return {
-        **FIRST,
-        "threadId": thread,
-        "runId": f"run-{uuid.uuid4().hex[:8]}",
-        "messages": FIRST["messages"] + [assistant],
-        "resume": entries,
-    }
+    return USER + [assistant]
 
 
-async def test_real_agent_behind_gateway_and_bridge(ns: Namespace, create_topics, tmp_path) -> None:
-    await ns.create_agent(AGENT, partitions=2)
-    replies_topic = (await create_topics([f"{ns.prefix}.replies"], partitions=1))[0]
-    app, counters = approval_agent()
-    thread = f"t-{uuid.uuid4().hex[:8]}"
+class Conversation:
+    """One thread of one agent, through the gateway's requests topic and reply topic."""
 
-    async def send(body: dict[str, Any], correlation: str) -> None:
+    def __init__(self, ns: Namespace, agent: str, replies_topic: str, replies: TopicReader):
+        self.ns = ns
+        self.agent = agent
+        self.thread = f"t-{uuid.uuid4().hex[:8]}"
+        self.replies_topic = replies_topic
+        self.replies = replies
+
+    async def send(self, body: dict[str, Any], correlation: str) -> dict[str, Any]:
+        """Send a request to the gateway; its verdict (the reply)."""
         await produce(
-            ns.bootstrap,
-            ns.requests(AGENT),
-            [(thread, body)],
+            self.ns.bootstrap,
+            self.ns.requests(self.agent),
+            [(self.thread, body)],
             headers=[
-                ("agui-reply-to", replies_topic.encode()),
+                ("agui-reply-to", self.replies_topic.encode()),
                 ("agui-correlation-id", correlation.encode()),
             ],
         )
 
-    async with Served(app) as agent:
+        def found(_: Any) -> list[Any]:
+            return [
+                orjson.loads(r.value)
+                for r in self.replies.records
+                if header(r, "agui-correlation-id") == correlation
+            ]
+
+        await self.replies.wait(lambda _: bool(found(_)))
+        return found(None)[0]
+
+
+async def scenario(convo: Conversation, events: TopicReader, counters: Counters, tag: str) -> None:
+    thread = convo.thread
+    # 1. a request: the agent asks for approval
+    assert (await convo.send(run_input(thread, USER), f"{tag}-1"))["verdict"] == "forward"
+    await events.wait(lambda _: closed_runs(events.thread(thread)) >= 1)
+    run1 = events.thread(thread)
+    assert run1[0]["type"] == "RUN_STARTED"
+    assert run1[-1]["type"] == "RUN_FINISHED"
+    assert run1[-1]["outcome"]["type"] == "interrupt"
+    interrupt = run1[-1]["outcome"]["interrupts"][0]
+    assert counters.requests == 1 and counters.tool_calls == 0
+    mine = [r for r in events.records if r.key.decode() == thread]
+    assert {header(r, "agui-correlation-id") for r in mine} == {f"{tag}-1"}
+
+    # 2. resumes the gateway refuses never reach the agent
+    messages = history_after(run1)
+    uncovered = await convo.send(run_input(thread, messages, []), f"{tag}-uncovered")
+    assert uncovered["verdict"] == "reject"
+    assert [r["code"] for r in uncovered["reasons"]] == ["uncovered_interrupt"]
+    breaking = [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": "yes"}}
+    ]
+    bad = await convo.send(run_input(thread, messages, breaking), f"{tag}-bad")
+    assert bad["verdict"] == "reject"
+    assert {r["code"] for r in bad["reasons"]} == {"payload_schema_mismatch"}
+    assert counters.requests == 1
+
+    # 3. the approving resume: the approved action runs, the run succeeds
+    approving = [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}
+    ]
+    approve = run_input(thread, messages, approving)
+    assert (await convo.send(approve, f"{tag}-approve"))["verdict"] == "forward"
+    await events.wait(lambda _: closed_runs(events.thread(thread)) >= 2)
+    run2 = events.thread(thread)[len(run1) :]
+    assert run2[0]["type"] == "RUN_STARTED"
+    assert run2[-1]["type"] == "RUN_FINISHED"
+    assert run2[-1].get("outcome", {"type": "success"})["type"] == "success"
+    assert counters.tool_calls == 1
+    assert counters.requests == 2
+
+    # 4. the same resume again: a duplicate; the action does not run again
+    assert (await convo.send(approve, f"{tag}-replay"))["verdict"] == "duplicate"
+    await events.poll(1.5)
+    assert closed_runs(events.thread(thread)) == 2
+    assert counters.requests == 2
+    assert counters.tool_calls == 1
+
+
+async def test_real_agents_behind_gateway_and_bridge(
+    ns: Namespace, create_topics, tmp_path
+) -> None:
+    await ns.create_agent(PYDANTIC_AI, partitions=2)
+    await ns.create_agent(LANGGRAPH, partitions=1)
+    replies_topic = (await create_topics([f"{ns.prefix}.replies"], partitions=1))[0]
+    pyd_app, pyd_counters = approval_agent()
+    lg_app, lg_counters = langgraph_agent()
+    async with Served(pyd_app) as pyd, Served(lg_app) as lg:
+        endpoints = {PYDANTIC_AI: {"url": pyd.url}, LANGGRAPH: {"url": lg.url}}
         gateway = await GatewayProcess(ns, tmp_path, "gateway").start()
         bridge = await BridgeProcess(
-            ns, tmp_path, "bridge", **bridge_settings(ns, {AGENT: {"url": agent.url}})
+            ns, tmp_path, "bridge", **bridge_settings(ns, endpoints)
         ).start()
         try:
-            async with (
-                TopicReader(ns.bootstrap, ns.events(AGENT)) as events,
-                TopicReader(ns.bootstrap, replies_topic) as replies,
-            ):
-
-                def verdict(correlation: str) -> list[Any]:
-                    return [
-                        orjson.loads(r.value)
-                        for r in replies.records
-                        if header(r, "agui-correlation-id") == correlation
-                    ]
-
-                async def reply(correlation: str) -> dict[str, Any]:
-                    await replies.wait(lambda _: bool(verdict(correlation)))
-                    return verdict(correlation)[0]
-
-                # 1. a request: the agent asks for approval
-                await send(first_input(thread), "c-1")
-                assert (await reply("c-1"))["verdict"] == "forward"
-                await events.wait(lambda _: closed_runs(events.thread(thread)) >= 1)
-                run1 = events.thread(thread)
-                finished = run1[-1]
-                assert finished["type"] == "RUN_FINISHED"
-                assert finished["outcome"]["type"] == "interrupt"
-                interrupt = finished["outcome"]["interrupts"][0]
-                assert counters.requests == 1 and counters.tool_calls == 0
-                # the events carry the correlation id of the request that caused the run
-                assert {header(r, "agui-correlation-id") for r in events.records} == {"c-1"}
-
-                # 2. resumes the gateway refuses never reach the agent
-                uncovered = resume_input(thread, run1, [])
-                await send(uncovered, "c-uncovered")
-                rejected = await reply("c-uncovered")
-                assert rejected["verdict"] == "reject"
-                assert [r["code"] for r in rejected["reasons"]] == ["uncovered_interrupt"]
-                bad = resume_input(
-                    thread,
-                    run1,
-                    [
-                        {
-                            "interruptId": interrupt["id"],
-                            "status": "resolved",
-                            "payload": {"approved": "yes"},
-                        }
-                    ],
-                )
-                await send(bad, "c-bad")
-                rejected = await reply("c-bad")
-                assert rejected["verdict"] == "reject"
-                assert {r["code"] for r in rejected["reasons"]} == {"payload_schema_mismatch"}
-                assert counters.requests == 1
-
-                # 3. the approving resume: the tool runs, the run succeeds
-                approve = resume_input(
-                    thread,
-                    run1,
-                    [
-                        {
-                            "interruptId": interrupt["id"],
-                            "status": "resolved",
-                            "payload": {"approved": True},
-                        }
-                    ],
-                )
-                await send(approve, "c-approve")
-                assert (await reply("c-approve"))["verdict"] == "forward"
-                await events.wait(lambda _: closed_runs(events.thread(thread)) >= 2)
-                run2 = events.thread(thread)[len(run1) :]
-                assert run2[0]["type"] == "RUN_STARTED"
-                assert run2[-1]["type"] == "RUN_FINISHED"
-                assert run2[-1]["outcome"]["type"] == "success"
-                assert counters.tool_calls == 1
-                assert counters.requests == 2
-
-                # 4. the same resume again: a duplicate, the tool does not run again
-                await send(approve, "c-replay")
-                assert (await reply("c-replay"))["verdict"] == "duplicate"
-                await events.poll(2.0)
-                assert closed_runs(events.thread(thread)) == 2
-                assert counters.requests == 2
-                assert counters.tool_calls == 1
-
+            async with TopicReader(ns.bootstrap, replies_topic) as replies:
+                for agent, counters in ((PYDANTIC_AI, pyd_counters), (LANGGRAPH, lg_counters)):
+                    async with TopicReader(ns.bootstrap, ns.events(agent)) as events:
+                        convo = Conversation(ns, agent, replies_topic, replies)
+                        await scenario(convo, events, counters, agent)
             metrics = bridge.metrics()
-            assert (
-                f'agui_gateway_bridge_runs_total{{agent="{AGENT}",result="interrupt"}} 1.0'
-                in metrics
-            )
-            assert (
-                f'agui_gateway_bridge_runs_total{{agent="{AGENT}",result="success"}} 1.0' in metrics
-            )
+            for agent in (PYDANTIC_AI, LANGGRAPH):
+                for result in ("interrupt", "success"):
+                    line = (
+                        f'agui_gateway_bridge_runs_total{{agent="{agent}",result="{result}"}} 1.0'
+                    )
+                    assert line in metrics
         finally:
             await bridge.stop()
             await gateway.stop()
