@@ -50,6 +50,9 @@ def main(settings: Settings) -> int:
         )
         return 2
     logs.configure(settings.log_level)
+    logging.getLogger("httpx").setLevel(
+        logging.WARNING
+    )  # one line per agent call: the bridge logs runs
     log.info("bridge starting", extra={"settings": settings.masked()})
     try:
         asyncio.run(serve(settings))

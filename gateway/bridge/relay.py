@@ -15,7 +15,9 @@ agent cuts short ends with a `RUN_ERROR` the bridge writes, with a code:
 
 Nothing is written for a stream that already closed its run: trouble after the
 close (a hang, a broken connection) is logged, never turned into a late
-`RUN_ERROR` that would mark a finished run failed.
+`RUN_ERROR` that would mark a finished run failed. A stream still open
+`CLOSE_GRACE_S` after its run closed is left (its late events still arriving
+by then are relayed), so the thread's next run is not held up by it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gateway.bridge.sse import EventTooLarge, SseReader
 log = logging.getLogger("gateway.bridge.relay")
 
 BODY_EXCERPT = 300  # characters of a non-2xx body quoted in the RUN_ERROR message
+CLOSE_GRACE_S = 5.0  # how long a stream is read after its run closed (for a late RUN_ERROR)
 
 Emit = Callable[[bytes, str], Awaitable[None]]  # (event bytes, event type)
 
@@ -108,7 +111,11 @@ async def relay(
                     "not text/event-stream",
                 )
             reader = SseReader(max_event_bytes)
+            closed_at = 0.0
             async for chunk in response.aiter_bytes():
+                if closed is not None and time.monotonic() - closed_at > CLOSE_GRACE_S:
+                    log.warning("agent kept its stream open after the run closed; left")
+                    return result
                 for data in reader.feed(chunk):
                     try:
                         event = orjson.loads(data)
@@ -126,9 +133,12 @@ async def relay(
                     result.events += 1
                     if event["type"] == "RUN_STARTED":
                         closed = None
+                    was_closed = closed
                     closed = _close_result(event) or closed
                     if closed is not None:
                         result.result = closed
+                        if was_closed is None:
+                            closed_at = time.monotonic()
             if closed is None:
                 raise _Cut("agent_stream_ended", "the agent's stream ended before the run closed")
             return result

@@ -227,7 +227,7 @@ class Bridge:
         try:
             reader.assign([marker_tp])
             end = (await reader.end_offsets([marker_tp]))[marker_tp]
-            reader.seek_to_beginning(marker_tp)
+            await reader.seek_to_beginning(marker_tp)
             while await reader.position(marker_tp) < end:
                 batch = await reader.getmany(marker_tp, timeout_ms=1000)
                 for message in batch.get(marker_tp, ()):

@@ -8,7 +8,7 @@
   requests and the node's runs past its interrupt.
 - `scripted_agent()`: an agent whose answer is chosen by the input's
   `forwardedProps.mode`, for the bridge's faults: 503, a hang, an early close, a
-  slow run, an oversize or unreadable event.
+  slow run, an oversize or unreadable event, a stream left open after its run closed.
 """
 
 from __future__ import annotations
@@ -147,6 +147,11 @@ def scripted_agent() -> tuple[Starlette, Counters]:
                 yield _sse({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "hi"})
                 yield _sse({"type": "TEXT_MESSAGE_END", "messageId": "m1"})
                 yield _sse(finished)
+            elif mode == "linger":  # closes its run, then keeps the stream open for ever
+                yield _sse(finished)
+                while True:
+                    await asyncio.sleep(0.5)
+                    yield b": keep-alive\n\n"
             elif mode in ("hang", "slow"):
                 await asyncio.sleep(3600)
             elif mode == "early_close":

@@ -36,7 +36,17 @@ async def test_agent_faults_end_in_their_run_error(ns: Namespace, tmp_path) -> N
             DOWN: {"url": f"http://127.0.0.1:{free_port()}/", "connect_timeout_s": 1.0},
         }
         bridge = await BridgeProcess(
-            ns, tmp_path, "bridge", **bridge_settings(ns, endpoints, bridge_max_event_bytes=1024)
+            ns,
+            tmp_path,
+            "bridge",
+            # tiny buffers: every event waits for room, a partition pauses at each request
+            **bridge_settings(
+                ns,
+                endpoints,
+                bridge_max_event_bytes=1024,
+                bridge_buffer_bytes=1,
+                bridge_pending_requests=1,
+            ),
         ).start()
         try:
             modes = ["ok", "503", "hang", "early_close", "oversize", "invalid"]
@@ -45,14 +55,19 @@ async def test_agent_faults_end_in_their_run_error(ns: Namespace, tmp_path) -> N
                 ns.run_requests(AGENT),
                 [(f"t-{mode}", request(f"t-{mode}", mode)) for mode in modes]
                 # one thread, two runs: the second waits for the first to end
-                + [("t-seq", request("t-seq", "hang")), ("t-seq", request("t-seq", "ok"))],
+                + [("t-seq", request("t-seq", "hang")), ("t-seq", request("t-seq", "ok"))]
+                # a stream left open after its run closed does not hold up the next run
+                + [
+                    ("t-linger", request("t-linger", "linger")),
+                    ("t-linger", request("t-linger", "ok")),
+                ],
                 headers=[("agui-correlation-id", b"corr-1")],
             )
             await produce(
                 ns.bootstrap, ns.run_requests(DOWN), [("t-down", request("t-down", "ok"))]
             )
             async with TopicReader(ns.bootstrap, ns.events(AGENT)) as events:
-                expected = {f"t-{m}": 1 for m in modes} | {"t-seq": 2}
+                expected = {f"t-{m}": 1 for m in modes} | {"t-seq": 2, "t-linger": 2}
                 await events.wait(
                     lambda _: all(closed_runs(events.thread(t)) >= n for t, n in expected.items()),
                     timeout=60,
@@ -104,7 +119,16 @@ async def test_agent_faults_end_in_their_run_error(ns: Namespace, tmp_path) -> N
         "TEXT_MESSAGE_END",
         "RUN_FINISHED",
     ]
+    assert types("t-linger") == [
+        "RUN_STARTED",
+        "RUN_FINISHED",
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
     assert [e["type"] for e in down_events] == ["RUN_ERROR"]
     assert down_events[0]["code"] == "agent_unreachable"
     # every request reached the agent exactly once
-    assert sorted(counters.modes) == sorted(modes + ["hang", "ok"])
+    assert sorted(counters.modes) == sorted(modes + ["hang", "ok", "linger", "ok"])
