@@ -62,6 +62,7 @@ class PartitionRuns:
         self.metrics = metrics
         self.max_event_bytes = max_event_bytes
         self._threads: dict[bytes, asyncio.Task[None]] = {}
+        self.closing = False  # no new run starts (the bridge is stopping)
 
     @property
     def failed(self) -> bool:
@@ -108,7 +109,7 @@ class PartitionRuns:
 
     async def _thread(self, key: bytes) -> None:
         try:
-            while (request := self.ledger.next_of(key)) is not None:
+            while not self.closing and (request := self.ledger.next_of(key)) is not None:
                 await self._run(request)
         except OutboxFailed:
             pass  # the partition is being rebuilt
@@ -122,6 +123,8 @@ class PartitionRuns:
         agent = self.endpoint.agent
         headers = correlation_headers(request.correlation_id)
         async with self.endpoint.slots:
+            if self.closing:
+                return
             self.ledger.start(request)
             await self.outbox.commit()  # the marker is durable before the agent is called
 
@@ -163,6 +166,13 @@ class PartitionRuns:
                 "correlationId": request.correlation_id,
             },
         )
+
+    async def drain(self, timeout: float) -> None:
+        """Start no new run; give the runs in flight up to `timeout` seconds to end."""
+        self.closing = True
+        tasks = list(self._threads.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
 
     async def stop(self) -> None:
         """Cancel the runs (their uncommitted events are aborted) and stop the outbox."""

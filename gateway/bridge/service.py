@@ -2,11 +2,12 @@
 
 One consumer group (`bridge_group_id`) reads every served agent's run-requests
 topic (`read_committed`, a pattern subscription: new agents are picked up
-without a restart). On assignment a partition is paused, its transactional
+without a restart). On assignment a new partition is paused, its transactional
 producer initialised (fencing a previous owner and aborting its open
 transaction), its marker read back, runs left started closed with
-`bridge_restarted`, and consumption resumed from the marker's offset. On
-revocation its runs are cancelled and what they had not committed is aborted.
+`bridge_restarted`, and consumption resumed from the marker's offset. A
+partition no longer assigned has its runs cancelled and what they had not
+committed aborted.
 """
 
 from __future__ import annotations
@@ -42,14 +43,19 @@ def subscription(settings: Settings) -> str:
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Partitions are let go on the new assignment, not on revocation: a partition the
+    bridge keeps goes on relaying its runs through a rebalance. One given to another
+    bridge meanwhile is fenced by it (its next transaction fails), so nothing it does
+    after the handover becomes visible, and the new owner closes its started runs."""
+
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self.bridge.revoke(list(revoked))
+        pass
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self.bridge.assign(list(assigned))
+        await self.bridge.reassign(list(assigned))
 
 
 class Bridge:
@@ -96,6 +102,13 @@ class Bridge:
         return endpoint
 
     # --- assignment ------------------------------------------------------------------
+
+    async def reassign(self, assigned: list[TopicPartition]) -> None:
+        """The group's new assignment: let go of what is no longer ours, open what is new."""
+        keep = set(assigned)
+        await self.revoke([tp for tp in [*self.partitions, *self.restoring] if tp not in keep])
+        self.backpressured -= keep  # a new assignment resumes every partition
+        self.assign(assigned)
 
     def assign(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
@@ -274,6 +287,12 @@ class Bridge:
                         runs.accept(_request(message))
                 await self._housekeeping()
         finally:
+            # a stop lets the runs in flight end (bounded); what does not is closed by the
+            # next owner with bridge_restarted
+            partitions = list(self.partitions.values())
+            await asyncio.gather(
+                *(runs.drain(s.revoke_timeout_s) for runs in partitions), return_exceptions=True
+            )
             await self.revoke(list(self.partitions) + list(self.restoring))
             with contextlib.suppress(Exception):
                 await self.consumer.stop()

@@ -38,6 +38,7 @@ class Counters:
     requests: int = 0
     tool_calls: int = 0
     modes: list[str] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)
 
 
 def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -134,6 +135,7 @@ def scripted_agent() -> tuple[Starlette, Counters]:
         body = orjson.loads(await request.body())
         mode = (body.get("forwardedProps") or {}).get("mode", "ok")
         counters.modes.append(mode)
+        counters.run_ids.append(body["runId"])
         thread, run_id = body["threadId"], body["runId"]
         started = {"type": "RUN_STARTED", "threadId": thread, "runId": run_id}
         finished = {"type": "RUN_FINISHED", "threadId": thread, "runId": run_id}
@@ -152,6 +154,9 @@ def scripted_agent() -> tuple[Starlette, Counters]:
                 while True:
                     await asyncio.sleep(0.5)
                     yield b": keep-alive\n\n"
+            elif mode == "slow8":
+                await asyncio.sleep(8)
+                yield _sse(finished)
             elif mode in ("hang", "slow"):
                 await asyncio.sleep(3600)
             elif mode == "early_close":

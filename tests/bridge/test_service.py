@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import uuid
 
@@ -79,3 +80,48 @@ async def test_sigkill_mid_run_closes_the_run_and_never_calls_the_agent_again(
                 assert counters.modes == ["slow", "ok"]
             finally:
                 await bridge.stop()
+
+
+async def test_a_rebalance_mid_run_never_runs_a_request_twice(ns: Namespace, tmp_path) -> None:
+    agent_name = "rebalanced"
+    await ns.create_agent(agent_name, partitions=4)
+    app, counters = scripted_agent()
+    threads = [f"t-{i}" for i in range(8)]
+    async with Served(app) as agent:
+        settings = bridge_settings(ns, {agent_name: {"url": agent.url}}, revoke_timeout_s=1)
+        staying, leaving = await asyncio.gather(
+            BridgeProcess(ns, tmp_path, "bridge-a", **settings).start(),
+            BridgeProcess(ns, tmp_path, "bridge-b", **settings).start(),
+        )
+        async with TopicReader(ns.bootstrap, ns.events(agent_name)) as events:
+            try:
+                await produce(
+                    ns.bootstrap,
+                    ns.run_requests(agent_name),
+                    [(t, request(t, "slow8")) for t in threads]
+                    + [(t, request(t, "ok")) for t in threads],
+                )
+                await events.wait(lambda _: all(events.thread(t) for t in threads))
+                # every thread's first run is in flight: one bridge leaves, its partitions move
+                assert await leaving.stop() == 0
+                await events.wait(
+                    lambda _: all(closed_runs(events.thread(t)) >= 2 for t in threads),
+                    timeout=90,
+                )
+                await events.poll(1.5)
+            finally:
+                await leaving.stop()
+                await staying.stop()
+    # no request reached the agent twice
+    assert len(counters.run_ids) == len(set(counters.run_ids))
+    firsts = []
+    for t in threads:
+        closes = [e for e in events.thread(t) if e["type"] in ("RUN_FINISHED", "RUN_ERROR")]
+        assert len(closes) == 2, events.thread(t)
+        assert closes[1]["type"] == "RUN_FINISHED"
+        firsts.append(
+            closes[0]["type"] if closes[0]["type"] == "RUN_FINISHED" else closes[0]["code"]
+        )
+    # the leaving bridge's runs were closed by the one that took them over; the staying
+    # bridge's runs went on through the rebalance and finished
+    assert set(firsts) == {"RUN_FINISHED", "bridge_restarted"}, firsts
