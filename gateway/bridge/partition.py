@@ -145,8 +145,8 @@ class PartitionRuns:
             finally:
                 self.metrics.in_flight.labels(agent).dec()
             self.ledger.end(request.offset)
+            self.metrics.requests_pending.labels(agent).dec()
             await self.outbox.commit()
-        self.metrics.requests_pending.labels(agent).dec()
         self.metrics.run_seconds.labels(agent).observe(time.monotonic() - began)
         self.metrics.runs.labels(agent, result.result).inc()
         self.metrics.events.labels(agent, "agent").inc(result.events)
