@@ -69,11 +69,12 @@ class Bridge:
         self.endpoints: dict[str, AgentEndpoint] = {}
         self._runs_topics_ready: set[str] = set()
         self._topic_agent = settings.topic_regex(settings.run_requests_topic)
+        self._consuming = False  # the consumer has started and subscribed
 
     # --- readiness -------------------------------------------------------------------
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
-        ok = self.consumer is not None and not self.restoring
+        ok = self._consuming and not self.restoring
         return ok, {
             "assigned": sorted(str(tp) for tp in self.partitions),
             "restoring": sorted(str(tp) for tp in self.restoring),
@@ -277,6 +278,7 @@ class Bridge:
         await self.consumer.start()
         try:
             self.consumer.subscribe(pattern=subscription(s), listener=_Listener(self))
+            self._consuming = True
             while not stop.is_set():
                 batch = await self.consumer.getmany(timeout_ms=s.poll_timeout_ms)
                 for tp, messages in batch.items():

@@ -8,6 +8,7 @@ calls `interrupt()`).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -145,8 +146,9 @@ async def scenario(convo: Conversation, events: TopicReader, counters: Counters,
 async def test_real_agents_behind_gateway_and_bridge(
     ns: Namespace, create_topics, tmp_path
 ) -> None:
-    await ns.create_agent(PYDANTIC_AI, partitions=2)
-    await ns.create_agent(LANGGRAPH, partitions=1)
+    await asyncio.gather(
+        ns.create_agent(PYDANTIC_AI, partitions=2), ns.create_agent(LANGGRAPH, partitions=1)
+    )
     replies_topic = (await create_topics([f"{ns.prefix}.replies"], partitions=1))[0]
     pyd_app, pyd_counters = approval_agent()
     lg_app, lg_counters = langgraph_agent()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -27,8 +28,7 @@ def request(thread: str, mode: str) -> dict[str, Any]:
 
 
 async def test_agent_faults_end_in_their_run_error(ns: Namespace, tmp_path) -> None:
-    await ns.create_agent(AGENT, partitions=2)
-    await ns.create_agent(DOWN, partitions=1)
+    await asyncio.gather(ns.create_agent(AGENT, partitions=2), ns.create_agent(DOWN, partitions=1))
     app, counters = scripted_agent()
     async with Served(app) as agent:
         endpoints = {
