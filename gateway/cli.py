@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         help="stop after this many seconds (default: run until Ctrl-C)",
     )
 
+    commands.add_parser(
+        "bridge",
+        help="put HTTP AG-UI agents behind the gateway: run-requests -> agent -> events",
+    )
+
     topics = commands.add_parser("topics", help="manage an agent's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     create = topic_commands.add_parser(
@@ -146,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.demo import main as demo_main
 
         return demo_main(settings, args.agent, args.partitions, args.rate, args.duration)
+    if args.command == "bridge":
+        from gateway.bridge.main import main as bridge_main
+
+        return bridge_main(settings)
     if args.command == "topics":
         from gateway import topics_cli
 

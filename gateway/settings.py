@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,6 +24,23 @@ from pydantic_settings import (
 
 CONFIG_FILE_ENV = "AGUI_GATEWAY_CONFIG_FILE"
 _AGENT = "{agent}"
+
+
+class BridgeAgent(BaseModel):
+    """One HTTP AG-UI agent the bridge serves (`agui-gateway bridge`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    url: str
+    """Where RunAgentInput is POSTed; `{agent}` is replaced by the agent's name."""
+    headers: dict[str, SecretStr] = {}
+    """Extra request headers (e.g. Authorization); masked in logs."""
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    """Longest wait to connect to the agent."""
+    read_timeout_s: float = Field(default=300.0, gt=0)
+    """Longest silence within a run's stream."""
+    concurrent_runs: int = Field(default=16, ge=1)
+    """Runs in flight for this agent."""
 
 
 class Settings(BaseSettings):
@@ -136,6 +153,33 @@ class Settings(BaseSettings):
                 raise ValueError(f"{server.strip()!r} {problem}; expected host:port[,host:port...]")
         return value
 
+    # --- Agent bridge (agui-gateway bridge) ------------------------------------------------
+    bridge_agents: dict[str, BridgeAgent] = {}
+    """Agent name -> its HTTP endpoint (JSON in the environment, tables in the file)."""
+    bridge_agent_pattern: str | None = None
+    """More agents, by name (a regex), served by bridge_default."""
+    bridge_default: BridgeAgent | None = None
+    """The endpoint of agents matched by bridge_agent_pattern (its url may use {agent})."""
+    bridge_group_id: str = "agui-gateway-bridge"
+    """The bridge's consumer group; also prefixes its transactional ids."""
+    bridge_runs_topic: str = "agui.{agent}.bridge-runs"
+    """The bridge's run markers (compacted; created by the bridge)."""
+    bridge_max_event_bytes: int = Field(default=900_000, ge=1024, le=1_000_000)
+    """Largest SSE event accepted from an agent; a larger one ends the run."""
+    bridge_buffer_bytes: int = Field(default=8 << 20, ge=1)
+    """Relayed bytes buffered per partition before runs wait."""
+    bridge_pending_requests: int = Field(default=1000, ge=1)
+    """Run requests waiting per partition before it is paused."""
+    bridge_http_port: int = Field(default=9465, ge=0, le=65535)
+    """Port of the bridge's /healthz, /readyz, /metrics (0: any free port)."""
+
+    @field_validator("bridge_runs_topic")
+    @classmethod
+    def _bridge_runs_has_agent(cls, value: str) -> str:
+        if value.count(_AGENT) != 1:
+            raise ValueError(f"a per-agent topic template must contain {_AGENT} exactly once")
+        return value
+
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod
     def _has_agent(cls, value: str) -> str:
@@ -205,6 +249,15 @@ class Settings(BaseSettings):
                 password=self.ssl_password.get_secret_value() if self.ssl_password else None,
             )
         return kwargs
+
+    def bridge_agent(self, agent: str) -> BridgeAgent | None:
+        """The endpoint the bridge uses for `agent`, or None when it serves no such agent."""
+        if agent in self.bridge_agents:
+            return self.bridge_agents[agent]
+        if self.bridge_agent_pattern and self.bridge_default is not None:
+            if re.fullmatch(self.bridge_agent_pattern, agent):
+                return self.bridge_default
+        return None
 
     def masked(self) -> dict[str, Any]:
         """Every setting, secrets masked: what the gateway logs at start."""

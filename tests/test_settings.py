@@ -168,3 +168,43 @@ def test_bootstrap_servers_as_a_host_port_list(servers):
 def test_bootstrap_servers_that_are_not_host_port_are_refused(servers):
     with pytest.raises(ValidationError, match="expected host:port"):
         Settings(bootstrap_servers=servers)
+
+
+# --- the agent bridge's block ---------------------------------------------------------
+
+
+def test_bridge_agents_from_the_environment_with_masked_headers(monkeypatch):
+    monkeypatch.setenv(
+        "AGUI_GATEWAY_BRIDGE_AGENTS",
+        '{"payments": {"url": "http://a:8001/", "headers": {"Authorization": "Bearer s3cret"},'
+        ' "read_timeout_s": 30}}',
+    )
+    s = Settings()
+    agent = s.bridge_agent("payments")
+    assert agent is not None and agent.url == "http://a:8001/" and agent.read_timeout_s == 30
+    assert agent.headers["Authorization"].get_secret_value() == "Bearer s3cret"
+    assert "s3cret" not in repr(s) and "s3cret" not in str(s.masked())
+    assert s.bridge_agent("other") is None
+
+
+def test_bridge_agents_by_pattern_and_from_the_config_file(monkeypatch, tmp_path):
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        'bridge_agent_pattern = "lg-.*"\n'
+        '[bridge_default]\nurl = "http://agents/{agent}/"\n'
+        '[bridge_agents.payments]\nurl = "http://a:8001/"\n'
+    )
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    s = Settings()
+    assert s.bridge_agent("payments").url == "http://a:8001/"
+    assert s.bridge_agent("lg-approvals").url == "http://agents/{agent}/"
+    assert s.bridge_agent("xlg-approvals") is None
+
+
+def test_bridge_settings_are_checked():
+    with pytest.raises(ValidationError, match="bridge_runs_topic"):
+        Settings(bridge_runs_topic="agui.bridge-runs")
+    with pytest.raises(ValidationError, match="concurrent_runs"):
+        Settings(bridge_agents={"a": {"url": "http://a/", "concurrent_runs": 0}})
+    with pytest.raises(ValidationError, match="unknown"):
+        Settings(bridge_agents={"a": {"url": "http://a/", "unknown": 1}})

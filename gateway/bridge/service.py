@@ -1,0 +1,349 @@
+"""The bridge's loop: consume run-requests, hand them to their partition's runs.
+
+One consumer group (`bridge_group_id`) reads every served agent's run-requests
+topic (`read_committed`, a pattern subscription: new agents are picked up
+without a restart). On assignment a new partition is paused, its transactional
+producer initialised (fencing a previous owner and aborting its open
+transaction), its marker read back, runs left started closed with
+`bridge_restarted`, and consumption resumed from the marker's offset. A
+partition no longer assigned has its runs cancelled and what they had not
+committed aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from typing import Any
+
+import httpx
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from gateway.bridge.ledger import MarkerState, PartitionLedger, RunRequest, decode_marker
+from gateway.bridge.metrics import BridgeMetrics
+from gateway.bridge.outbox import Outbox
+from gateway.bridge.partition import AgentEndpoint, PartitionRuns
+from gateway.codec.records import HEADER_CORRELATION_ID
+from gateway.kafka.topics import changelog_configs, ensure_topics
+from gateway.settings import BridgeAgent, Settings
+
+log = logging.getLogger("gateway.bridge")
+
+
+def subscription(settings: Settings) -> str:
+    """The run-requests topics of every agent the bridge serves, as one regex."""
+    names = [re.escape(name) for name in settings.bridge_agents]
+    if settings.bridge_agent_pattern and settings.bridge_default is not None:
+        names.append(f"(?:{settings.bridge_agent_pattern})")
+    head, tail = settings.run_requests_topic.split("{agent}")
+    return f"^{re.escape(head)}(?:{'|'.join(names)}){re.escape(tail)}$"
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Partitions are let go on the new assignment, not on revocation: a partition the
+    bridge keeps goes on relaying its runs through a rebalance. One given to another
+    bridge meanwhile is fenced by it (its next transaction fails), so nothing it does
+    after the handover becomes visible, and the new owner closes its started runs."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        pass
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.bridge.reassign(list(assigned))
+
+
+class Bridge:
+    def __init__(self, settings: Settings, metrics: BridgeMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.consumer: AIOKafkaConsumer | None = None
+        self.partitions: dict[TopicPartition, PartitionRuns] = {}
+        self.restoring: dict[TopicPartition, asyncio.Task[None]] = {}
+        self.backpressured: set[TopicPartition] = set()
+        self.endpoints: dict[str, AgentEndpoint] = {}
+        self._runs_topics_ready: set[str] = set()
+        self._topic_agent = settings.topic_regex(settings.run_requests_topic)
+        self._consuming = False  # the consumer has started and subscribed
+
+    # --- readiness -------------------------------------------------------------------
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        ok = self._consuming and not self.restoring
+        return ok, {
+            "assigned": sorted(str(tp) for tp in self.partitions),
+            "restoring": sorted(str(tp) for tp in self.restoring),
+            "agents": sorted(self.endpoints),
+        }
+
+    # --- agents ----------------------------------------------------------------------
+
+    def _endpoint(self, agent: str) -> AgentEndpoint | None:
+        if agent in self.endpoints:
+            return self.endpoints[agent]
+        config = self.settings.bridge_agent(agent)
+        if config is None:
+            return None
+        endpoint = _make_endpoint(agent, config)
+        self.endpoints[agent] = endpoint
+        self.metrics.agent(agent)
+        log.info(
+            "serving agent",
+            extra={
+                "agent": agent,
+                "url": endpoint.url,
+                "headers": {name: "**********" for name in config.headers},
+            },
+        )
+        return endpoint
+
+    # --- assignment ------------------------------------------------------------------
+
+    async def reassign(self, assigned: list[TopicPartition]) -> None:
+        """The group's new assignment: let go of what is no longer ours, open what is new."""
+        keep = set(assigned)
+        await self.revoke([tp for tp in [*self.partitions, *self.restoring] if tp not in keep])
+        self.backpressured -= keep  # a new assignment resumes every partition
+        self.assign(assigned)
+
+    def assign(self, assigned: list[TopicPartition]) -> None:
+        assert self.consumer is not None
+        fresh = [tp for tp in assigned if tp not in self.partitions and tp not in self.restoring]
+        if fresh:
+            self.consumer.pause(*fresh)
+        for tp in fresh:
+            self.restoring[tp] = asyncio.create_task(self._open(tp), name=f"open-{tp}")
+
+    async def revoke(self, revoked: list[TopicPartition]) -> None:
+        for tp in revoked:
+            task = self.restoring.pop(tp, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            runs = self.partitions.pop(tp, None)
+            if runs is not None:
+                await self._close(runs)
+            self.backpressured.discard(tp)
+
+    async def _close(self, runs: PartitionRuns) -> None:
+        await runs.stop()
+        with contextlib.suppress(Exception):
+            await runs.outbox.producer.stop()
+
+    async def _open(self, tp: TopicPartition) -> None:
+        try:
+            runs = await self._restore(tp)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("opening a partition failed; retrying", extra={"partition": str(tp)})
+            await asyncio.sleep(1.0)
+            self.restoring[tp] = asyncio.create_task(self._open(tp), name=f"open-{tp}")
+            return
+        if runs is None:
+            self.restoring.pop(tp, None)
+            return
+        assert self.consumer is not None
+        self.partitions[tp] = runs
+        self.restoring.pop(tp, None)
+        self.consumer.seek(tp, runs.ledger.next_to_consume)
+        self.consumer.resume(tp)
+
+    async def _restore(self, tp: TopicPartition) -> PartitionRuns | None:
+        match = self._topic_agent.match(tp.topic)
+        endpoint = self._endpoint(match.group("agent")) if match else None
+        if endpoint is None:
+            log.error("assigned a topic of no served agent", extra={"topic": tp.topic})
+            return None
+        s = self.settings
+        agent = endpoint.agent
+        runs_topic = s.topic(s.bridge_runs_topic, agent)
+        await self._ensure_runs_topic(tp.topic, runs_topic)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.client_id}-bridge-{agent}-{tp.partition}",
+            transactional_id=f"{s.bridge_group_id}.{agent}.{tp.partition}",
+            enable_idempotence=True,
+            transaction_timeout_ms=s.transaction_timeout_ms,
+            linger_ms=2,
+            retry_backoff_ms=10,  # KIP-890's first-write NOT_ENOUGH_REPLICAS, as the gateway
+            **s.kafka_security(),
+        )
+        try:
+            await producer.start()  # fences a previous owner, aborts its open transaction
+            state = await self._read_marker(runs_topic, tp)
+            ledger = PartitionLedger(state)
+            outbox = Outbox(
+                producer,
+                ledger,
+                tp=tp,
+                events_topic=s.topic(s.events_topic, agent),
+                runs_topic=runs_topic,
+                group_id=s.bridge_group_id,
+                capacity_bytes=s.bridge_buffer_bytes,
+                metrics=self.metrics,
+            )
+            outbox.start()
+            runs = PartitionRuns(endpoint, ledger, outbox, self.metrics, s.bridge_max_event_bytes)
+            await runs.close_restarted()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        log.info(
+            "partition ready",
+            extra={"partition": str(tp), "next": ledger.next_to_consume},
+        )
+        return runs
+
+    async def _ensure_runs_topic(self, run_requests: str, runs_topic: str) -> None:
+        if runs_topic in self._runs_topics_ready:
+            return
+        assert self.consumer is not None
+        partitions = self.consumer.partitions_for_topic(run_requests) or set()
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.settings.bootstrap_servers,
+            client_id=f"{self.settings.client_id}-bridge-admin",
+            **self.settings.kafka_security(),
+        )
+        await admin.start()
+        try:
+            reports = await ensure_topics(
+                admin, {runs_topic: (len(partitions), changelog_configs())}
+            )
+        finally:
+            await admin.close()
+        for report in reports:
+            if report.action == "mismatch":
+                raise RuntimeError(f"{runs_topic}: {report.detail}")
+        self._runs_topics_ready.add(runs_topic)
+
+    async def _read_marker(self, runs_topic: str, tp: TopicPartition) -> MarkerState:
+        """The partition's last committed marker; without one, the group's offset."""
+        s = self.settings
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.client_id}-bridge-restore",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            **s.kafka_security(),
+        )
+        marker_tp = TopicPartition(runs_topic, tp.partition)
+        last: bytes | None = None
+        await reader.start()
+        try:
+            reader.assign([marker_tp])
+            end = (await reader.end_offsets([marker_tp]))[marker_tp]
+            await reader.seek_to_beginning(marker_tp)
+            while await reader.position(marker_tp) < end:
+                batch = await reader.getmany(marker_tp, timeout_ms=1000)
+                for message in batch.get(marker_tp, ()):
+                    if message.key == str(tp.partition).encode():
+                        last = message.value
+        finally:
+            with contextlib.suppress(Exception):
+                await reader.stop()
+        if last is not None:
+            return decode_marker(last)
+        assert self.consumer is not None
+        committed = await self.consumer.committed(tp)
+        if committed is None:
+            committed = (await self.consumer.beginning_offsets([tp]))[tp]
+        return MarkerState(committed)
+
+    # --- the loop --------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers,
+            client_id=f"{s.client_id}-bridge",
+            group_id=s.bridge_group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            max_poll_records=s.max_poll_records,
+            metadata_max_age_ms=s.discovery_interval_ms,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            **s.kafka_security(),
+        )
+        await self.consumer.start()
+        try:
+            self.consumer.subscribe(pattern=subscription(s), listener=_Listener(self))
+            self._consuming = True
+            while not stop.is_set():
+                batch = await self.consumer.getmany(timeout_ms=s.poll_timeout_ms)
+                for tp, messages in batch.items():
+                    runs = self.partitions.get(tp)
+                    if runs is None:
+                        continue  # restoring: it seeks back to its marker's offset
+                    for message in messages:
+                        runs.accept(_request(message))
+                await self._housekeeping()
+        finally:
+            # a stop lets the runs in flight end (bounded); what does not is closed by the
+            # next owner with bridge_restarted
+            partitions = list(self.partitions.values())
+            await asyncio.gather(
+                *(runs.drain(s.revoke_timeout_s) for runs in partitions), return_exceptions=True
+            )
+            await self.revoke(list(self.partitions) + list(self.restoring))
+            with contextlib.suppress(Exception):
+                await self.consumer.stop()
+            for endpoint in self.endpoints.values():
+                await endpoint.client.aclose()
+
+    async def _housekeeping(self) -> None:
+        """Rebuild failed partitions; pause and resume for bounded pending work."""
+        assert self.consumer is not None
+        assignment = self.consumer.assignment()
+        for tp, runs in list(self.partitions.items()):
+            if runs.failed:
+                del self.partitions[tp]
+                await self._close(runs)
+                self.backpressured.discard(tp)
+                if tp in assignment:
+                    self.assign([tp])
+                continue
+            full = len(runs.ledger) >= self.settings.bridge_pending_requests
+            if full and tp not in self.backpressured:
+                self.consumer.pause(tp)
+                self.backpressured.add(tp)
+            elif not full and tp in self.backpressured:
+                self.consumer.resume(tp)
+                self.backpressured.discard(tp)
+
+
+def _request(message: Any) -> RunRequest:
+    correlation = None
+    for name, value in message.headers or ():
+        if name == HEADER_CORRELATION_ID and value is not None:
+            correlation = value.decode("utf-8", "replace")
+    return RunRequest(message.offset, message.key or b"", message.value or b"", correlation)
+
+
+def _make_endpoint(agent: str, config: BridgeAgent) -> AgentEndpoint:
+    timeout = httpx.Timeout(
+        connect=config.connect_timeout_s,
+        read=config.read_timeout_s,
+        write=config.read_timeout_s,
+        pool=None,
+    )
+    client = httpx.AsyncClient(
+        timeout=timeout,
+        limits=httpx.Limits(max_connections=config.concurrent_runs),
+        follow_redirects=False,
+        trust_env=False,
+    )
+    headers = {name: value.get_secret_value() for name, value in config.headers.items()}
+    return AgentEndpoint(
+        agent, config.url.replace("{agent}", agent), client, headers, config.concurrent_runs
+    )

@@ -1,0 +1,127 @@
+"""The bridge killed mid-run: the agent is never called twice for one run request."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+
+import pytest
+
+from tests.bridge.agents import Served, scripted_agent
+from tests.bridge.support import BridgeProcess, TopicReader, bridge_settings, closed_runs
+from tests.integration.support import Namespace, header, produce
+
+pytestmark = pytest.mark.integration
+
+AGENT = "killed"
+
+
+def request(thread: str, mode: str) -> dict:
+    return {
+        "threadId": thread,
+        "runId": f"run-{uuid.uuid4().hex[:8]}",
+        "messages": [],
+        "forwardedProps": {"mode": mode},
+    }
+
+
+async def test_sigkill_mid_run_closes_the_run_and_never_calls_the_agent_again(
+    ns: Namespace, tmp_path
+) -> None:
+    await ns.create_agent(AGENT, partitions=1)
+    app, counters = scripted_agent()
+    async with Served(app) as agent:
+        settings = bridge_settings(ns, {AGENT: {"url": agent.url}})
+        bridge = await BridgeProcess(ns, tmp_path, "bridge-1", **settings).start()
+        async with TopicReader(ns.bootstrap, ns.events(AGENT)) as events:
+            try:
+                await produce(
+                    ns.bootstrap,
+                    ns.run_requests(AGENT),
+                    [("t-k", request("t-k", "slow"))],
+                    headers=[("agui-correlation-id", b"corr-slow")],
+                )
+                # the run has started and its first event is committed: kill the bridge
+                await events.wait(lambda _: len(events.thread("t-k")) >= 1)
+                assert counters.modes == ["slow"]
+            finally:
+                await bridge.stop(signal.SIGKILL)
+
+            bridge = await BridgeProcess(ns, tmp_path, "bridge-2", **settings).start()
+            try:
+                await events.wait(lambda _: closed_runs(events.thread("t-k")) >= 1, timeout=60)
+                restarted = events.thread("t-k")
+                assert [e["type"] for e in restarted] == ["RUN_STARTED", "RUN_ERROR"]
+                assert restarted[-1]["code"] == "bridge_restarted"
+                assert header(events.records[-1], "agui-correlation-id") == "corr-slow"
+                assert counters.modes == ["slow"]  # not started again
+
+                # a new request on the thread works
+                await produce(ns.bootstrap, ns.run_requests(AGENT), [("t-k", request("t-k", "ok"))])
+                await events.wait(lambda _: closed_runs(events.thread("t-k")) >= 2)
+                await events.poll(1.5)
+                assert events.thread("t-k")[-1]["type"] == "RUN_FINISHED"
+                assert closed_runs(events.thread("t-k")) == 2
+                assert counters.modes == ["slow", "ok"]
+                metrics = bridge.metrics()
+                assert (
+                    f'agui_gateway_bridge_runs_total{{agent="{AGENT}",result="success"}} 1.0'
+                    in metrics
+                )
+            finally:
+                assert await bridge.stop() == 0
+
+            # a third bridge finds nothing left to do: no request is run again
+            bridge = await BridgeProcess(ns, tmp_path, "bridge-3", **settings).start()
+            try:
+                await events.poll(3.0)
+                assert closed_runs(events.thread("t-k")) == 2
+                assert counters.modes == ["slow", "ok"]
+            finally:
+                await bridge.stop()
+
+
+async def test_a_rebalance_mid_run_never_runs_a_request_twice(ns: Namespace, tmp_path) -> None:
+    agent_name = "rebalanced"
+    await ns.create_agent(agent_name, partitions=4)
+    app, counters = scripted_agent()
+    threads = [f"t-{i}" for i in range(8)]
+    async with Served(app) as agent:
+        settings = bridge_settings(ns, {agent_name: {"url": agent.url}}, revoke_timeout_s=1)
+        staying, leaving = await asyncio.gather(
+            BridgeProcess(ns, tmp_path, "bridge-a", **settings).start(),
+            BridgeProcess(ns, tmp_path, "bridge-b", **settings).start(),
+        )
+        async with TopicReader(ns.bootstrap, ns.events(agent_name)) as events:
+            try:
+                await produce(
+                    ns.bootstrap,
+                    ns.run_requests(agent_name),
+                    [(t, request(t, "slow8")) for t in threads]
+                    + [(t, request(t, "ok")) for t in threads],
+                )
+                await events.wait(lambda _: all(events.thread(t) for t in threads))
+                # every thread's first run is in flight: one bridge leaves, its partitions move
+                assert await leaving.stop() == 0
+                await events.wait(
+                    lambda _: all(closed_runs(events.thread(t)) >= 2 for t in threads),
+                    timeout=90,
+                )
+                await events.poll(1.5)
+            finally:
+                await leaving.stop()
+                await staying.stop()
+    # no request reached the agent twice
+    assert len(counters.run_ids) == len(set(counters.run_ids))
+    firsts = []
+    for t in threads:
+        closes = [e for e in events.thread(t) if e["type"] in ("RUN_FINISHED", "RUN_ERROR")]
+        assert len(closes) == 2, events.thread(t)
+        assert closes[1]["type"] == "RUN_FINISHED"
+        firsts.append(
+            closes[0]["type"] if closes[0]["type"] == "RUN_FINISHED" else closes[0]["code"]
+        )
+    # the leaving bridge's runs were closed by the one that took them over; the staying
+    # bridge's runs went on through the rebalance and finished
+    assert set(firsts) == {"RUN_FINISHED", "bridge_restarted"}, firsts
