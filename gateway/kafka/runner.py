@@ -29,6 +29,7 @@ from aiokafka.structs import ConsumerRecord
 
 from gateway.codec import changelog
 from gateway.core.state import RunStatus
+from gateway.kafka import clients
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
 from gateway.observe.metrics import Metrics
@@ -131,17 +132,12 @@ class Gateway:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def _common(self) -> dict[str, Any]:
-        return {
-            "bootstrap_servers": self.settings.bootstrap_servers,
-            **self.settings.kafka_security(),
-        }
-
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
-        self.admin = AIOKafkaAdminClient(client_id=f"{s.client_id}-admin", **self._common())
+        self.admin = clients.admin(s, client_id=f"{s.client_id}-admin")
         await self.admin.start()
-        self.consumer = AIOKafkaConsumer(
+        self.consumer = clients.consumer(
+            s,
             client_id=s.client_id,
             group_id=s.group_id,
             enable_auto_commit=False,
@@ -152,19 +148,18 @@ class Gateway:
             max_poll_records=s.max_poll_records,
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
-            **self._common(),
         )
         await self.consumer.start()
         # End offsets for the fence come from a client of their own: a broker answers a
         # connection's requests in order, so on the consumer's connection the lookup
         # waits behind a long-polling fetch (up to fetch_max_wait_ms) whenever the
         # fetch covers only quiet partitions, and a round stalls for it.
-        self.offsets = AIOKafkaConsumer(
+        self.offsets = clients.consumer(
+            s,
             client_id=f"{s.client_id}-offsets",
             enable_auto_commit=False,
             isolation_level="read_committed",
             metadata_max_age_ms=s.discovery_interval_ms,
-            **self._common(),
         )
         await self.offsets.start()
         self.consumer.subscribe(pattern=s.subscription_pattern(), listener=_Listener(self))
@@ -653,7 +648,8 @@ class Gateway:
         )
 
     async def _start_producer(self, pair: PartitionPair) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
+        producer = clients.producer(
+            self.settings,
             client_id=f"{self.settings.client_id}-{pair.agent}-{pair.partition}",
             transactional_id=f"{self.settings.group_id}.{pair.agent}.{pair.partition}",
             enable_idempotence=True,
@@ -663,7 +659,6 @@ class Gateway:
             # write of a transaction from aiokafka's older produce version with a
             # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
             retry_backoff_ms=10,
-            **self._common(),
         )
         try:
             await producer.start()  # initialises the transactional id: fences zombies
@@ -696,13 +691,13 @@ class Gateway:
     async def _restore(self, pair: PartitionPair) -> None:
         async with self._restore_lock:
             tp = TopicPartition(pair.topics.changelog, pair.partition)
-            reader = AIOKafkaConsumer(
+            reader = clients.consumer(
+                self.settings,
                 client_id=f"{self.settings.client_id}-restore",
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",  # a "latest" reset racing the seek would skip all
                 isolation_level="read_committed",
                 max_poll_records=10000,
-                **self._common(),
             )
             try:
                 await reader.start()

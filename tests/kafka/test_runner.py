@@ -12,6 +12,7 @@ from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
+import gateway.kafka.clients as clients
 import gateway.kafka.runner as runner
 from gateway.kafka.runner import Gateway, PairSlot
 from gateway.observe.metrics import Metrics
@@ -187,7 +188,7 @@ def gw(monkeypatch):
     g.offsets = FakeOffsets()
     g._running = True
     producers = Producers(consumer)
-    monkeypatch.setattr(runner, "AIOKafkaProducer", producers)
+    monkeypatch.setattr(clients, "AIOKafkaProducer", producers)
     g.producers = producers
     g.restored = []
 
@@ -548,7 +549,7 @@ async def test_a_producer_whose_start_is_cancelled_is_stopped(gw, monkeypatch):
         made.append(producer)
         return producer
 
-    monkeypatch.setattr(runner, "AIOKafkaProducer", hanging)
+    monkeypatch.setattr(clients, "AIOKafkaProducer", hanging)
     await gw._on_assigned({ev, rq})
     await entered.wait()
     await gw._on_revoked({ev, rq})
@@ -580,7 +581,7 @@ class HangingReader(FakeReader):
 
 async def test_the_restore_reader_is_stopped_when_its_start_fails(monkeypatch):
     FakeReader.made = []
-    monkeypatch.setattr(runner, "AIOKafkaConsumer", FakeReader)
+    monkeypatch.setattr(clients, "AIOKafkaConsumer", FakeReader)
     g = Gateway(Settings(), Metrics(CollectorRegistry()))
     pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
     with pytest.raises(KafkaError):
@@ -590,7 +591,7 @@ async def test_the_restore_reader_is_stopped_when_its_start_fails(monkeypatch):
 
 async def test_the_restore_reader_is_stopped_when_its_start_is_cancelled(monkeypatch):
     FakeReader.made = []
-    monkeypatch.setattr(runner, "AIOKafkaConsumer", HangingReader)
+    monkeypatch.setattr(clients, "AIOKafkaConsumer", HangingReader)
     g = Gateway(Settings(), Metrics(CollectorRegistry()))
     pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
     task = asyncio.create_task(g._restore(pair))
