@@ -11,6 +11,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from gateway.http import HttpServer
+from gateway.kafka import clients
 from gateway.kafka.runner import Gateway
 from gateway.observe import logs
 from gateway.observe.metrics import Metrics
@@ -24,6 +25,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
+    await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
     gateway = Gateway(settings, Metrics(registry))
     http = HttpServer(settings.http_host, settings.http_port, registry, gateway.ready)
     loop = asyncio.get_running_loop()
@@ -42,6 +44,9 @@ def main(settings: Settings) -> int:
         asyncio.run(serve(settings))
     except KeyboardInterrupt:
         pass
+    except clients.SecurityFailure as exc:
+        print(f"agui-gateway run: {exc}", file=sys.stderr)
+        return 2
     except (KafkaError, OSError) as exc:
         log.error("gateway stopped: %s", exc, extra={"error": repr(exc)})
         print(

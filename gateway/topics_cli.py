@@ -22,6 +22,11 @@ async def create(settings: Settings, agent: str, partitions: int, shared: int) -
             file=sys.stderr,
         )
         return 2
+    try:
+        await clients.preflight(settings)
+    except clients.SecurityFailure as exc:
+        print(f"agui-gateway topics: {exc}", file=sys.stderr)
+        return 2
     admin = clients.admin(settings, client_id=f"{settings.client_id}-topics")
     try:
         await asyncio.wait_for(admin.start(), timeout=30)

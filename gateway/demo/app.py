@@ -26,7 +26,7 @@ from gateway.demo.console import Console, Header
 from gateway.demo.stats import DemoStats
 from gateway.demo.wire import DemoSetupError
 from gateway.http import HttpServer
-from gateway.kafka import clients
+from gateway.kafka import clients as kafka_clients
 from gateway.kafka.runner import Gateway
 from gateway.kafka.topics import LEGAL_TOPIC, TopicNames, agent_topic_layout, ensure_topics
 from gateway.observe.metrics import Metrics
@@ -51,7 +51,7 @@ def reply_topic(settings: Settings, agent: str) -> str:
 
 
 async def create_topics(settings: Settings, agent: str, partitions: int, replies: str) -> None:
-    admin = clients.admin(settings, client_id=f"{settings.client_id}-demo-topics")
+    admin = kafka_clients.admin(settings, client_id=f"{settings.client_id}-demo-topics")
     try:
         await asyncio.wait_for(admin.start(), timeout=CONNECT_TIMEOUT_S)
         layout = agent_topic_layout(settings, agent, partitions, SHARED_PARTITIONS)
@@ -168,6 +168,10 @@ async def run(
     replies = reply_topic(settings, agent)
     if not LEGAL_TOPIC.match(replies):
         raise DemoSetupError(f"{replies!r} is not a legal topic name")
+    try:
+        await kafka_clients.preflight(settings)
+    except kafka_clients.SecurityFailure as exc:
+        raise DemoSetupError(str(exc)) from None
     await create_topics(settings, agent, partitions, replies)
 
     registry = CollectorRegistry()

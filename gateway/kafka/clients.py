@@ -63,20 +63,23 @@ def admin(settings: Settings, **kwargs: Any) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(**kwargs, **common(settings))
 
 
-def describe_denial(exc: BaseException) -> str | None:
-    """Which permission a refused request lacked, on which resource; None if not a denial."""
+def describe_denial(exc: BaseException, topic_operation: str = "Write") -> tuple[str, str] | None:
+    """(missing operation, resource) of a request Kafka refused for want of an ACL, else None.
+
+    A refused topic is named by the error; `topic_operation` says what the caller
+    did with it (producers write, consumers read).
+    """
     if isinstance(exc, TopicAuthorizationFailedError):
         topics = exc.args[0] if exc.args else "?"
         if isinstance(topics, (set, frozenset, list, tuple)):
-            topics = ", ".join(sorted(str(t) for t in topics))
-        return f"topic {topics}: not authorized (WRITE to produce, READ to consume)"
+            topics = ",".join(sorted(str(t) for t in topics))
+        return topic_operation, f"topic {topics}"
     if isinstance(exc, TransactionalIdAuthorizationFailed):
-        return "transactional id: not authorized (TransactionalId WRITE)"
+        return "Write", f"transactional-id {exc.args[0] if exc.args else '?'}"
     if isinstance(exc, GroupAuthorizationFailedError):
-        group = exc.args[0] if exc.args else "?"
-        return f"group {group}: not authorized (Group READ)"
+        return "Read", f"group {exc.args[0] if exc.args else '?'}"
     if isinstance(exc, ClusterAuthorizationFailedError):
-        return "cluster: not authorized (e.g. Cluster IdempotentWrite)"
+        return "IdempotentWrite", "cluster"
     return None
 
 

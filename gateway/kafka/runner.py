@@ -101,6 +101,11 @@ class Gateway:
         # Pairs given up (fenced, or revoked mid-round) whose partitions may still be
         # assigned here, paused: not ready until the next assignment settles them.
         self.dropped: set[PairKey] = set()
+        # Pairs Kafka refuses an operation for want of an ACL: (operation, resource).
+        # They wait, paused and undecided, and retry with backoff until it is granted.
+        self.denied: dict[PairKey, tuple[str, str]] = {}
+        self._denied_attempts: dict[PairKey, int] = {}
+        self._denied_gauged: set[tuple[str, str, str]] = set()
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None
         self.offsets: AIOKafkaConsumer | None = None  # end offsets for the fence
@@ -200,13 +205,16 @@ class Gateway:
             f"{a}/{p}" for (a, p), s in self.slots.items() if not s.ready and a not in self.refused
         ]
         dropped = sorted(f"{a}/{p}" for a, p in self.dropped if a not in self.refused)
+        denied = {f"{a}/{p}": f"{op} on {res}" for (a, p), (op, res) in self.denied.items()}
         ok = self._running and self._assigned_once and not restoring and not dropped
+        ok = ok and not denied
         return ok, {
             "running": self._running,
             "assigned": sorted(f"{a}/{p}" for a, p in self.slots),
             "restoring": restoring,
             "dropped": dropped,
             "refused": self.refused,
+            "denied": denied,
         }
 
     # --- the round --------------------------------------------------------------------------
@@ -269,7 +277,8 @@ class Gateway:
             results = await asyncio.gather(*(self._commit(s) for s in due))
             failed = [s for s, ok in zip(due, results, strict=True) if not ok and self._holds(s)]
             if failed:
-                self._start_prepare(failed)  # a fresh producer before they process again
+                # a fresh producer before they process again; later if an ACL is missing
+                self._start_prepare(failed, after=self._denied_backoff(failed))
             self._gauges()
         if mono - self._last_lag >= 5:
             self._last_lag = mono
@@ -342,6 +351,7 @@ class Gateway:
                 "transaction failed; rewinding to the last commit",
                 extra={"agent": pair.agent, "partition": pair.partition, "error": repr(exc)},
             )
+            self._note_denied(slot, exc)
             with contextlib.suppress(Exception):
                 await producer.abort_transaction()
             pair.aborted()
@@ -353,9 +363,40 @@ class Gateway:
             await self._rewind(slot)
             return False
         self.metrics.transactions.labels("committed").inc()
+        if self.denied.pop((pair.agent, pair.partition), None) is not None:
+            log.info(
+                "permission granted: the pair resumes",
+                extra={"agent": pair.agent, "partition": pair.partition},
+            )
+            self._denied_attempts.pop((pair.agent, pair.partition), None)
+            self._gauges()
         slot.committed.update(offsets)
         pair.committed(time.monotonic())
         return True
+
+    def _note_denied(self, slot: PairSlot, exc: BaseException, topic_op: str = "Write") -> None:
+        """Record (log, /readyz, metric) that Kafka refused this pair an operation."""
+        found = clients.describe_denial(exc, topic_op)
+        if found is None:
+            return
+        key = (slot.pair.agent, slot.pair.partition)
+        self.denied[key] = found
+        self._denied_attempts[key] = self._denied_attempts.get(key, 0) + 1
+        log.error(
+            "permission denied: %s on %s; the pair waits, nothing decided, and retries",
+            *found,
+            extra={"agent": key[0], "partition": key[1], "operation": found[0]},
+        )
+        self._gauges()
+
+    def _denied_backoff(self, slots: list[PairSlot]) -> float:
+        attempts = max(
+            (self._denied_attempts.get((s.pair.agent, s.pair.partition), 0) for s in slots),
+            default=0,
+        )
+        if not attempts:
+            return 0.0
+        return float(min(PREPARE_RETRY_S * 2 ** (attempts - 1), PREPARE_RETRY_MAX_S))
 
     def _pause(self, slot: PairSlot) -> None:
         assert self.consumer is not None
@@ -397,6 +438,12 @@ class Gateway:
         for agent in self.refused:
             self.metrics.agent_refused.labels(agent).set(1)
         self._refused_gauged = set(self.refused)
+        denied = {(a, op, res) for (a, _), (op, res) in self.denied.items()}
+        for labels in self._denied_gauged - denied:
+            self.metrics.permission_denied.remove(*labels)
+        for labels in denied:
+            self.metrics.permission_denied.labels(*labels).set(1)
+        self._denied_gauged = denied
 
     async def _lag(self) -> None:
         assert self.consumer is not None
@@ -529,8 +576,8 @@ class Gateway:
         if pending:
             self._start_prepare(pending)
 
-    def _start_prepare(self, slots: list[PairSlot]) -> None:
-        task = asyncio.create_task(self._prepare(slots))
+    def _start_prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
+        task = asyncio.create_task(self._prepare(slots, after))
         self._restore_tasks.add(task)
         task.add_done_callback(self._restore_tasks.discard)
 
@@ -553,13 +600,15 @@ class Gateway:
             return f"changelog topic {bad[0].topic}: {bad[0].detail}. Agent refused"
         return None
 
-    async def _prepare(self, slots: list[PairSlot]) -> None:
+    async def _prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
         """Check each agent, fence zombies, restore state, then let the pairs' partitions flow.
 
         Failures are retried with backoff until they succeed or the pairs are revoked:
         a pair is never processed unprepared, and its partitions stay paused meanwhile.
         Each pass tries every pair, so one that keeps failing holds up no other.
         """
+        if after:
+            await asyncio.sleep(after)
         delay = PREPARE_RETRY_S
         refused: dict[str, str] = {}
         checked: set[str] = set()
@@ -576,6 +625,9 @@ class Gateway:
                         "could not check agent; retrying",
                         extra={"agent": agent, "error": repr(exc), "retry_in_s": delay},
                     )
+                    for slot in todo:
+                        if slot.pair.agent == agent:
+                            self._note_denied(slot, exc, "DescribeConfigs")
                     continue
                 checked.add(agent)
                 if why:
@@ -605,6 +657,7 @@ class Gateway:
                             "retry_in_s": delay,
                         },
                     )
+                    self._note_denied(slot, exc, "Read")
                     failed.append(slot)
             if not failed:
                 return

@@ -138,6 +138,12 @@ class Metrics:
             "1 for an agent refused (mismatched partitions, changelog).",
             ("agent",),
         )
+        self.permission_denied = gauge(
+            "permission_denied",
+            "1 while Kafka refuses the gateway an operation on a resource (a missing ACL); "
+            "the pairs concerned wait and retry.",
+            ("agent", "operation", "resource"),
+        )
         self.build_info = Info(PREFIX + "build", "Gateway version.", registry=registry)
         self.build_info.info({"version": __version__})
 

@@ -169,9 +169,12 @@ async def produce(
     topic: str,
     records: Iterable[tuple[str | None, Any]],
     headers: list[tuple[str, bytes]] | None = None,
+    **security: Any,
 ) -> None:
     """Send (key, value) records in order; dict/list values are JSON-encoded, bytes as is."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, **security
+    )
     await producer.start()
     try:
         for key, value in records:
@@ -190,6 +193,7 @@ async def collect(
     count: int | None = None,
     timeout: float = 30,
     settle: float = 0.0,
+    **security: Any,
 ) -> list[Any]:
     """Records of `topic` (read_committed, from the beginning) until `count` are seen.
 
@@ -201,6 +205,7 @@ async def collect(
         isolation_level="read_committed",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **security,
     )
     await consumer.start()
     out: list[Any] = []
