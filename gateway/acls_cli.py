@@ -38,7 +38,7 @@ def main(
         print("agui-gateway acls: --principal must look like User:<name>", file=sys.stderr)
         return 2
     acls = gateway_acls(settings, agent_pattern, principal, reply_topic_prefixes, create_changelogs)
-    for note in overlaps(acls):
+    for note in overlaps(settings, agent_pattern):
         print(f"agui-gateway acls: note: {note}", file=sys.stderr)
     if action is None:
         for line in kafka_acls_commands(acls, settings.bootstrap_servers, command_config):

@@ -84,29 +84,34 @@ def gateway_acls(
     return sorted(set(acls), key=lambda a: (a.resource_type, a.name, a.pattern, a.operation))
 
 
-def overlaps(acls: list[Acl]) -> list[str]:
-    """Prefixed topic ACLs whose operations also reach topics meant for other operations.
+def overlaps(settings: Settings, agent_pattern: str) -> list[str]:
+    """For `prefix*`: the prefixed topic ACLs that also reach another kind of topic.
 
     With the default templates (`agui.{agent}.events`, ...) every per-agent topic
-    of `prefix*` agents starts with the same `agui.<prefix>`: one prefixed ACL
-    then grants Read and Write on events and requests too. Exact agent names, or
+    of `prefix*` agents starts with the same `agui.<prefix>`: the prefixed ACLs
+    then grant Read and Write on events and requests alike. Exact agent names, or
     templates with distinct heads (`agui.events.{agent}`), keep them apart.
     """
-    ops: dict[str, set[str]] = {}
-    for acl in acls:
-        if acl.resource_type == "topic" and acl.pattern == "prefixed":
-            ops.setdefault(acl.name, set()).add(acl.operation)
+    if not agent_pattern.endswith("*"):
+        return []
+    agent = agent_pattern[:-1]
+    heads = {
+        kind: template.split(_AGENT)[0] + agent
+        for kind, template in (
+            ("events", settings.events_topic),
+            ("requests", settings.requests_topic),
+            ("run-requests", settings.run_requests_topic),
+            ("changelog", settings.changelog_topic),
+        )
+    }
     notes = []
-    for name, granted in sorted(ops.items()):
-        reaching = set(granted)
-        for other, more in ops.items():
-            if other != name and other.startswith(name):
-                reaching |= more
-        if len(granted) > 1 or reaching != granted:
+    for kind, head in heads.items():
+        others = [k for k, h in heads.items() if k != kind and h.startswith(head)]
+        if others:
             notes.append(
-                f"the prefixed ACLs on topic prefix {name} grant {', '.join(sorted(granted))} on "
-                "every topic starting with it, events and requests included; name one agent at "
-                "a time, or use topic templates with distinct heads, for least privilege"
+                f"the {kind} ACLs on topic prefix {head} also cover the {', '.join(others)} "
+                "topics; name one agent at a time, or use topic templates with distinct "
+                "heads, for least privilege"
             )
     return notes
 
