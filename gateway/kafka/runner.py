@@ -105,6 +105,7 @@ class Gateway:
         # They wait, paused and undecided, and retry with backoff until it is granted.
         self.denied: dict[PairKey, tuple[str, str]] = {}
         self._denied_attempts: dict[PairKey, int] = {}
+        self._denied_preparing: set[PairKey] = set()  # refused while prepared, not committed
         self._denied_gauged: set[tuple[str, str, str]] = set()
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None
@@ -363,29 +364,42 @@ class Gateway:
             await self._rewind(slot)
             return False
         self.metrics.transactions.labels("committed").inc()
-        if self.denied.pop((pair.agent, pair.partition), None) is not None:
-            log.info(
-                "permission granted: the pair resumes",
-                extra={"agent": pair.agent, "partition": pair.partition},
-            )
-            self._denied_attempts.pop((pair.agent, pair.partition), None)
-            self._gauges()
+        self._granted(slot)
         slot.committed.update(offsets)
         pair.committed(time.monotonic())
         return True
 
-    def _note_denied(self, slot: PairSlot, exc: BaseException, topic_op: str = "Write") -> None:
+    def _note_denied(
+        self, slot: PairSlot, exc: BaseException, topic_op: str = "Write", preparing: bool = False
+    ) -> None:
         """Record (log, /readyz, metric) that Kafka refused this pair an operation."""
         found = clients.describe_denial(exc, topic_op)
         if found is None:
             return
         key = (slot.pair.agent, slot.pair.partition)
         self.denied[key] = found
+        if preparing:
+            self._denied_preparing.add(key)
+        else:
+            self._denied_preparing.discard(key)
         self._denied_attempts[key] = self._denied_attempts.get(key, 0) + 1
         log.error(
             "permission denied: %s on %s; the pair waits, nothing decided, and retries",
             *found,
             extra={"agent": key[0], "partition": key[1], "operation": found[0]},
+        )
+        self._gauges()
+
+    def _granted(self, slot: PairSlot, preparing: bool = False) -> None:
+        """What Kafka refused the pair now succeeded (a commit; or preparing, if refused there)."""
+        key = (slot.pair.agent, slot.pair.partition)
+        if key not in self.denied or (preparing and key not in self._denied_preparing):
+            return
+        del self.denied[key]
+        self._denied_preparing.discard(key)
+        self._denied_attempts.pop(key, None)
+        log.info(
+            "permission granted: the pair resumes", extra={"agent": key[0], "partition": key[1]}
         )
         self._gauges()
 
@@ -627,7 +641,7 @@ class Gateway:
                     )
                     for slot in todo:
                         if slot.pair.agent == agent:
-                            self._note_denied(slot, exc, "DescribeConfigs")
+                            self._note_denied(slot, exc, "DescribeConfigs", preparing=True)
                     continue
                 checked.add(agent)
                 if why:
@@ -657,7 +671,7 @@ class Gateway:
                             "retry_in_s": delay,
                         },
                     )
-                    self._note_denied(slot, exc, "Read")
+                    self._note_denied(slot, exc, "Read", preparing=True)
                     failed.append(slot)
             if not failed:
                 return
@@ -684,6 +698,7 @@ class Gateway:
             if tp in slot.committed and tp in assignment:
                 self.consumer.seek(tp, slot.committed[tp])
         self.metrics.prime_agent(pair.agent)
+        self._granted(slot, preparing=True)
         gc.freeze()  # restored state is long-lived and acyclic: keep it out of GC passes
         slot.ready = True
         live = [tp for tp in slot.tps() if tp in assignment]

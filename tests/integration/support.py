@@ -105,7 +105,7 @@ class GatewayProcess:
         self.settings = settings
         self.proc: asyncio.subprocess.Process | None = None
 
-    async def start(self, ready_timeout: float = 60) -> GatewayProcess:
+    async def start(self, ready_timeout: float = 60, wait: bool = True) -> GatewayProcess:
         env = self.ns.env(http_port=self.port, **self.settings)
         log = self.log_path.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
@@ -117,7 +117,8 @@ class GatewayProcess:
             cwd=str(REPO_ROOT),
         )
         log.close()
-        await self.wait_ready(ready_timeout)
+        if wait:
+            await self.wait_ready(ready_timeout)
         return self
 
     def http(self, path: str) -> tuple[int, bytes]:

@@ -10,6 +10,7 @@ the test's own clients as the `admin` super user.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -291,6 +292,33 @@ async def test_missing_write_on_run_requests_is_reported_and_the_request_decided
     finally:
         assert await gateway.stop() == 0
     assert_no_secret(ns, gateway.log_path.read_bytes(), body, ready_body)
+
+
+async def test_missing_describe_configs_on_the_changelog_is_reported_until_granted(
+    ns: SecureNamespace, tmp_path: Path
+) -> None:
+    await setup_agent(ns)
+    describe_configs = Acl(
+        "topic", ns.changelog(AGENT), "literal", "DescribeConfigs", f"User:{GATEWAY_USER}"
+    )
+    await change_acl(ns, describe_configs, delete=True)
+    gateway = await GatewayProcess(ns, tmp_path).start(wait=False)
+    try:
+        expected = f"DescribeConfigs on topic {ns.changelog(AGENT)}"
+        deadline = time.monotonic() + 60
+        status, body = 0, b"{}"
+        while json.loads(body).get("denied", {}).get(f"{AGENT}/0") != expected:
+            assert time.monotonic() < deadline, (status, body, gateway.log_tail())
+            await asyncio.sleep(0.3)
+            with contextlib.suppress(OSError):
+                status, body = gateway.http("/readyz")
+        assert status == 503
+        await change_acl(ns, describe_configs, delete=False)
+        await gateway.wait_ready(60)
+        assert json.loads(gateway.http("/readyz")[1])["denied"] == {}
+    finally:
+        assert await gateway.stop() == 0
+    assert_no_secret(ns, gateway.log_path.read_bytes(), body)
 
 
 def other_ca(tmp_path: Path) -> Path:

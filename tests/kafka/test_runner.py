@@ -8,7 +8,12 @@ from types import SimpleNamespace
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
+from aiokafka.errors import (
+    IllegalStateError,
+    KafkaError,
+    ProducerFenced,
+    TopicAuthorizationFailedError,
+)
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
@@ -458,6 +463,7 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
             "restoring": [],
             "dropped": [],
             "refused": {},
+            "denied": {},
         },
     )
 
@@ -471,6 +477,32 @@ async def test_a_fenced_commit_is_not_reported_ready(gw):
     assert not await gw._commit(slot)
     assert ("bot", 0) not in gw.slots
     assert not gw.ready()[0]
+
+
+async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    with_pending_forward(gw, slot)
+    slot.producer.commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
+    assert not await gw._commit(slot)
+    assert transactions(gw, "aborted") == 1
+    ok, details = gw.ready()
+    assert not ok and details["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
+    denied = gw.metrics.permission_denied.labels("bot", "Write", "topic agui.bot.run-requests")
+    assert denied._value.get() == 1
+    assert gw._denied_backoff([slot]) == runner.PREPARE_RETRY_S  # not at once
+    gw._start_prepare([slot], after=0.01)
+    await settle(gw)
+    assert slot.ready and gw.ready()[1]["denied"] == {
+        "bot/0": "Write on topic agui.bot.run-requests"
+    }
+    await gw._round(decided_round(ev, rq))  # granted now: the fresh producer commits
+    assert transactions(gw, "committed") == 1
+    assert "agui.bot.run-requests" in [t for t, _ in slot.producer.sent]
+    ok, details = gw.ready()
+    assert ok and details["denied"] == {}
+    assert not gw.metrics.permission_denied._metrics  # the series is gone
 
 
 # --- preparing ------------------------------------------------------------------------------
