@@ -67,13 +67,14 @@ def describe_denial(exc: BaseException, topic_operation: str = "Write") -> tuple
     """(missing operation, resource) of a request Kafka refused for want of an ACL, else None.
 
     A refused topic is named by the error; `topic_operation` says what the caller
-    did with it (producers write, consumers read).
+    did with it (producers write, consumers read), unless the error carries its own
+    `operation`.
     """
     if isinstance(exc, TopicAuthorizationFailedError):
         topics = exc.args[0] if exc.args else "?"
         if isinstance(topics, (set, frozenset, list, tuple)):
             topics = ",".join(sorted(str(t) for t in topics))
-        return topic_operation, f"topic {topics}"
+        return getattr(exc, "operation", topic_operation), f"topic {topics}"
     if isinstance(exc, TransactionalIdAuthorizationFailed):
         return "Write", f"transactional-id {exc.args[0] if exc.args else '?'}"
     if isinstance(exc, GroupAuthorizationFailedError):

@@ -24,7 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced, TopicAuthorizationFailedError
 from aiokafka.structs import ConsumerRecord
 
 from gateway.codec import changelog
@@ -607,12 +607,30 @@ class Gateway:
                 f"{topics.events} has {len(events)} partitions but {topics.requests} has "
                 f"{len(requests)}; co-partitioned topics must have the same count. Agent refused"
             )
+        await self._check_readable(
+            [t for t, found in ((topics.events, events), (topics.requests, requests)) if not found]
+        )
         count = len(events or requests or ())
         reports = await ensure_topics(self.admin, {topics.changelog: (count, changelog_configs())})
         bad = [r for r in reports if r.action == "mismatch"]
         if bad:
             return f"changelog topic {bad[0].topic}: {bad[0].detail}. Agent refused"
         return None
+
+    async def _check_readable(self, topics: list[str]) -> None:
+        """Raise if Kafka hides one of an agent's consumed topics for want of an ACL.
+
+        A pattern subscription never sees a topic it may not describe: without this
+        the agent would be served on one side only, silently.
+        """
+        assert self.admin is not None
+        if not topics:
+            return
+        for found in await self.admin.describe_topics(topics):
+            if found.get("error_code") == TopicAuthorizationFailedError.errno:
+                denied = TopicAuthorizationFailedError(found["topic"])
+                denied.operation = "Read"  # type: ignore[attr-defined]
+                raise denied
 
     async def _prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
         """Check each agent, fence zombies, restore state, then let the pairs' partitions flow.
@@ -805,6 +823,7 @@ class Gateway:
     async def _drop(self, slot: PairSlot) -> None:
         if self._holds(slot):
             del self.slots[(slot.pair.agent, slot.pair.partition)]
+            self.denied.pop((slot.pair.agent, slot.pair.partition), None)
             for tp in slot.tps():
                 self.by_tp.pop(tp, None)
         await self._close_producer(slot)

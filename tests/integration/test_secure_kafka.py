@@ -294,17 +294,19 @@ async def test_missing_write_on_run_requests_is_reported_and_the_request_decided
     assert_no_secret(ns, gateway.log_path.read_bytes(), body, ready_body)
 
 
-async def test_missing_describe_configs_on_the_changelog_is_reported_until_granted(
-    ns: SecureNamespace, tmp_path: Path
+@pytest.mark.parametrize(
+    ("side", "operation"), [("changelog", "DescribeConfigs"), ("requests", "Read")]
+)
+async def test_a_missing_acl_found_while_preparing_is_reported_until_granted(
+    ns: SecureNamespace, tmp_path: Path, side: str, operation: str
 ) -> None:
     await setup_agent(ns)
-    describe_configs = Acl(
-        "topic", ns.changelog(AGENT), "literal", "DescribeConfigs", f"User:{GATEWAY_USER}"
-    )
-    await change_acl(ns, describe_configs, delete=True)
+    topic = ns.changelog(AGENT) if side == "changelog" else ns.requests(AGENT)
+    acl = Acl("topic", topic, "literal", operation, f"User:{GATEWAY_USER}")
+    await change_acl(ns, acl, delete=True)
     gateway = await GatewayProcess(ns, tmp_path).start(wait=False)
     try:
-        expected = f"DescribeConfigs on topic {ns.changelog(AGENT)}"
+        expected = f"{operation} on topic {topic}"
         deadline = time.monotonic() + 60
         status, body = 0, b"{}"
         while json.loads(body).get("denied", {}).get(f"{AGENT}/0") != expected:
@@ -313,9 +315,22 @@ async def test_missing_describe_configs_on_the_changelog_is_reported_until_grant
             with contextlib.suppress(OSError):
                 status, body = gateway.http("/readyz")
         assert status == 503
-        await change_acl(ns, describe_configs, delete=False)
-        await gateway.wait_ready(60)
+        await change_acl(ns, acl, delete=False)
+        await gateway.wait_ready(90)
         assert json.loads(gateway.http("/readyz")[1])["denied"] == {}
+        # and it serves the agent: a covering answer is forwarded
+        sec = ns.security()
+        thread = "t-1"
+        await produce(
+            ns.bootstrap,
+            ns.events(AGENT),
+            [(thread, started(thread, "run-1")), (thread, interrupted(thread, "run-1", "pick"))],
+            **sec,
+        )
+        good = resume(thread, "run-2", {"interruptId": "pick", "status": "cancelled"})
+        await produce(ns.bootstrap, ns.requests(AGENT), [(thread, good)], **sec)
+        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, timeout=60, **sec)
+        assert values(forwarded) == [good]
     finally:
         assert await gateway.stop() == 0
     assert_no_secret(ns, gateway.log_path.read_bytes(), body)
