@@ -55,7 +55,7 @@
 # credentials at format time (kafka-storage format --add-scram):
 #   admin         super user: the broker itself (inter-broker, controller) and admin
 #   agui-gateway  the gateway: no rights until ACLs grant them
-#   agui-client   agents, services and tests: no rights until ACLs grant them
+#   agui-client   agents and services: no rights until ACLs grant them
 # Files in <state>/secure/: ca.crt (what clients trust), <user>.password (mode 600),
 # admin.properties (a --command-config for Kafka's own CLI tools).
 # The controller listener stays on loopback with SASL PLAIN for the admin only.
