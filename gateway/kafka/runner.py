@@ -538,6 +538,7 @@ class Gateway:
         slot.ready = False
         if self._holds(slot):
             del self.slots[key]
+            self.denied.pop(key, None)
             for tp in slot.tps():
                 self.by_tp.pop(tp, None)
             self.dropped.add(key)

@@ -505,6 +505,21 @@ async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit
     assert not gw.metrics.permission_denied._metrics  # the series is gone
 
 
+async def test_a_denied_pair_that_is_given_up_no_longer_holds_readiness(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    with_pending_forward(gw, slot)
+    slot.producer.commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
+    assert not await gw._commit(slot)
+    assert gw.ready()[1]["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
+    gw._discard(slot)  # e.g. revoked while its commit hung
+    assert gw.ready()[1]["denied"] == {}
+    await settle(gw)
+    await assign(gw)  # the pair went elsewhere
+    assert gw.ready() == (True, gw.ready()[1])
+
+
 # --- preparing ------------------------------------------------------------------------------
 
 
