@@ -52,6 +52,20 @@
 #   KAFKA_HEAP_OPTS        JVM heap (default "-Xms256m -Xmx512m")
 #   KAFKA_LOG_LINES        lines shown by `logs` and on failures (default 40)
 #   JAVA_HOME              Java 17+ to use (default: java on PATH)
+#   KAFKA_SECURITY         plaintext (default) or sasl_ssl: see "secure mode" below
+#
+# Secure mode (KAFKA_SECURITY=sasl_ssl; default port 9094, controller 9095): the
+# client listener is SASL_SSL with SCRAM-SHA-512 only, TLS from a CA and a broker
+# certificate generated on the first start (openssl; the broker certificate names
+# IP 127.0.0.1 only), StandardAuthorizer with allow.everyone.if.no.acl.found=false.
+# Principals, with random passwords made on the first start and stored as SCRAM
+# credentials at format time (kafka-storage format --add-scram):
+#   admin         super user: the broker itself (inter-broker, controller) and admin
+#   agui-gateway  the gateway: no rights until ACLs grant them
+#   agui-client   agents and services: no rights until ACLs grant them
+# Files in <state>/secure/: ca.crt (what clients trust), <user>.password (mode 600),
+# admin.properties (a --command-config for Kafka's own CLI tools).
+# The controller listener stays on loopback with SASL PLAIN for the admin only.
 
 set -euo pipefail
 
@@ -61,7 +75,18 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 
 KAFKA_VERSION=${KAFKA_VERSION:-$PINNED_KAFKA_VERSION}
-KAFKA_PORT=${KAFKA_PORT:-9092}
+KAFKA_SECURITY=${KAFKA_SECURITY:-plaintext}
+case $KAFKA_SECURITY in
+plaintext) KAFKA_PORT=${KAFKA_PORT:-9092} ;;
+sasl_ssl)
+    KAFKA_PORT=${KAFKA_PORT:-9094}
+    [[ $KAFKA_PORT == 9094 ]] && KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9095}
+    ;;
+*)
+    printf 'deploy/kafka.sh: error: KAFKA_SECURITY must be plaintext or sasl_ssl, got %s\n' "$KAFKA_SECURITY" >&2
+    exit 1
+    ;;
+esac
 if [[ $KAFKA_PORT == 9092 ]]; then
     KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
 elif [[ $KAFKA_PORT =~ ^[0-9]+$ ]]; then
@@ -150,9 +175,27 @@ import asyncio, socket, struct, sys
 
 bootstrap = sys.argv[1]
 
+def security():
+    import os
+    cafile = os.environ.get("KAFKA_PROBE_CAFILE")
+    if not cafile:
+        return {}
+    from aiokafka.helpers import create_ssl_context
+    with open(os.environ["KAFKA_PROBE_PASSWORD_FILE"]) as f:
+        password = f.read().strip()
+    return {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "admin",
+        "sasl_plain_password": password,
+        "ssl_context": create_ssl_context(cafile=cafile),
+    }
+
 async def with_aiokafka():
     from aiokafka.admin import AIOKafkaAdminClient
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=5000, **security()
+    )
     try:
         await admin.start()
         await admin.list_topics()
@@ -185,7 +228,10 @@ else:
 
 broker_answers() {
     find_python
-    if [[ -n $PYTHON ]]; then
+    if [[ -n $PYTHON && $KAFKA_SECURITY == sasl_ssl ]]; then
+        KAFKA_PROBE_CAFILE="$SECURE_DIR/ca.crt" KAFKA_PROBE_PASSWORD_FILE="$SECURE_DIR/admin.password" \
+            timeout 20 "$PYTHON" -c "$PROBE_PY" "$BOOTSTRAP" >/dev/null 2>&1
+    elif [[ -n $PYTHON ]]; then
         timeout 20 "$PYTHON" -c "$PROBE_PY" "$BOOTSTRAP" >/dev/null 2>&1
     else
         # no python at all: accept a TCP connection as the sign of life
@@ -244,7 +290,7 @@ running_pid() {
 # Port of the broker configured in $PROPS (the running one, if any).
 configured_port() {
     [[ -f $PROPS ]] || return 1
-    sed -n 's#^advertised\.listeners=PLAINTEXT://[^:]*:\([0-9]*\).*#\1#p' "$PROPS" | head -n1
+    sed -n 's#^advertised\.listeners=[A-Z_]*://[^:]*:\([0-9]*\).*#\1#p' "$PROPS" | head -n1
 }
 
 lock_state_dir() {
@@ -383,6 +429,127 @@ fetch() {
     info "resolved $(find "$LIBS_DIR" -name '*.jar' | wc -l) jars into $LIBS_DIR in $((SECONDS - start)) s"
 }
 
+# --- secure mode (KAFKA_SECURITY=sasl_ssl) ---------------------------------------
+# Everything secure mode adds lives here; the plaintext broker calls none of it
+# except listener_props and check_security_mode.
+
+SECURE_DIR="$STATE_DIR/secure"
+SECURE_USERS=(admin agui-gateway agui-client)
+
+listener_props() {
+    if [[ $KAFKA_SECURITY == sasl_ssl ]]; then
+        cat <<EOF
+listeners=SASL_SSL://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=SASL_SSL://$KAFKA_HOST:$KAFKA_PORT
+inter.broker.listener.name=SASL_SSL
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+EOF
+    else
+        cat <<EOF
+listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+EOF
+    fi
+}
+
+# A state dir formatted in one mode is never started in the other: the SCRAM
+# credentials exist only when they were added at format time.
+check_security_mode() {
+    local formatted
+    [[ -f $DATA_DIR/meta.properties ]] || return 0
+    formatted=$(cat "$STATE_DIR/security" 2>/dev/null || echo plaintext)
+    [[ $formatted == "$KAFKA_SECURITY" ]] ||
+        die "$STATE_DIR was formatted with KAFKA_SECURITY=$formatted, not $KAFKA_SECURITY; use another KAFKA_PORT or KAFKA_STATE_DIR (or delete $STATE_DIR)"
+}
+
+secret() { tr -d '[:space:]' <"$SECURE_DIR/$1.password"; }
+
+# CA, broker certificate and passwords, made once per state dir.
+secure_material() {
+    command -v openssl >/dev/null 2>&1 || die "openssl not found: secure mode needs it to make its certificates (install openssl)"
+    mkdir -p "$SECURE_DIR"
+    chmod 700 "$SECURE_DIR"
+    local user
+    for user in "${SECURE_USERS[@]}" keystore; do
+        if [[ ! -s $SECURE_DIR/$user.password ]]; then
+            (umask 077 && openssl rand -hex 16 >"$SECURE_DIR/$user.password")
+        fi
+    done
+    if [[ ! -s $SECURE_DIR/broker.p12 ]]; then
+        info "making a CA and a broker certificate in $SECURE_DIR"
+        local log="$SECURE_DIR/openssl.log"
+        {
+            openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=agui-gateway dev CA" \
+                -keyout "$SECURE_DIR/ca.key" -out "$SECURE_DIR/ca.crt" &&
+                openssl req -newkey rsa:2048 -nodes -subj "/CN=$KAFKA_HOST" \
+                    -keyout "$SECURE_DIR/broker.key" -out "$SECURE_DIR/broker.csr" &&
+                printf 'subjectAltName=IP:%s\nextendedKeyUsage=serverAuth,clientAuth\n' "$KAFKA_HOST" \
+                    >"$SECURE_DIR/broker.ext" &&
+                openssl x509 -req -in "$SECURE_DIR/broker.csr" -CA "$SECURE_DIR/ca.crt" \
+                    -CAkey "$SECURE_DIR/ca.key" -CAcreateserial -days 365 \
+                    -extfile "$SECURE_DIR/broker.ext" -out "$SECURE_DIR/broker.crt" &&
+                openssl pkcs12 -export -in "$SECURE_DIR/broker.crt" -inkey "$SECURE_DIR/broker.key" \
+                    -certfile "$SECURE_DIR/ca.crt" -name broker -out "$SECURE_DIR/broker.p12" \
+                    -passout "file:$SECURE_DIR/keystore.password"
+        } >"$log" 2>&1 || {
+            cat "$log" >&2
+            rm -f "$SECURE_DIR/broker.p12"
+            die "making the TLS certificates failed (log: $log)"
+        }
+        chmod 600 "$SECURE_DIR"/*.key "$SECURE_DIR/broker.p12"
+    fi
+    (
+        umask 077
+        cat >"$SECURE_DIR/admin.properties" <<EOF
+# Generated by deploy/kafka.sh: the admin's client settings for Kafka's CLI tools
+# (kafka-acls --command-config ...).
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(secret admin)";
+ssl.truststore.type=PEM
+ssl.truststore.location=$SECURE_DIR/ca.crt
+EOF
+    )
+}
+
+secure_props() {
+    local admin
+    admin=$(secret admin)
+    cat <<EOF
+
+# secure mode: SASL_SSL (SCRAM-SHA-512) for clients and inter-broker traffic,
+# SASL PLAIN (admin only) on the loopback controller listener, ACLs enforced.
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$admin";
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.controller.sasl.enabled.mechanisms=PLAIN
+listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$admin" user_admin="$admin";
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$SECURE_DIR/broker.p12
+ssl.keystore.password=$(secret keystore)
+ssl.truststore.type=PEM
+ssl.truststore.location=$SECURE_DIR/ca.crt
+ssl.client.auth=none
+ssl.endpoint.identification.algorithm=https
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin
+EOF
+}
+
+# kafka-storage format arguments that store every principal's SCRAM credential.
+scram_format_args() {
+    local user
+    for user in "${SECURE_USERS[@]}"; do
+        printf '%s\n' --add-scram "SCRAM-SHA-512=[name=$user,password=$(secret "$user")]"
+    done
+}
+
 # --- start -------------------------------------------------------------------
 
 # A KRaft cluster id is a Kafka Uuid: 16 bytes as 22 characters of URL-safe
@@ -433,11 +600,7 @@ write_configs() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT
-inter.broker.listener.name=PLAINTEXT
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+$(listener_props)
 log.dirs=$DATA_DIR
 
 # development settings: one replica, topics only created explicitly
@@ -456,6 +619,7 @@ group.initial.rebalance.delay.ms=0
 num.network.threads=2
 num.io.threads=4
 EOF
+    [[ $KAFKA_SECURITY == sasl_ssl ]] && secure_props >>"$PROPS"
 
     # Kafka >= 4.0 (log4j2)
     cat >"$STATE_DIR/log4j2.xml" <<EOF
@@ -508,13 +672,16 @@ format_storage() {
         fi
         return 0
     fi
+    local -a FORMAT_EXTRA=()
+    [[ $KAFKA_SECURITY == sasl_ssl ]] && mapfile -t FORMAT_EXTRA < <(scram_format_args)
+    printf '%s\n' "$KAFKA_SECURITY" >"$STATE_DIR/security"
     local cid
     cid=$(cluster_id)
     info "formatting KRaft storage in $DATA_DIR (cluster id $cid)"
     # no log config: StorageTool's own messages go to format.out, not server.log.
     # --cluster-id=ID, never "-t ID": an id may start with '-'.
     if ! "$JAVA" -Xmx256m -cp "$LIBS_DIR/*" kafka.tools.StorageTool \
-        format "--cluster-id=$cid" -c "$PROPS" --ignore-formatted >"$LOG_DIR/format.out" 2>&1; then
+        format "--cluster-id=$cid" -c "$PROPS" --ignore-formatted "${FORMAT_EXTRA[@]}" >"$LOG_DIR/format.out" 2>&1; then
         cat "$LOG_DIR/format.out" >&2
         die "formatting KRaft storage with cluster id $cid (saved in $STATE_DIR/cluster.id) failed (output: $LOG_DIR/format.out)"
     fi
@@ -605,6 +772,8 @@ start() {
     done
 
     jars_resolved || fetch
+    check_security_mode
+    [[ $KAFKA_SECURITY == sasl_ssl ]] && secure_material
     write_configs
     format_storage
 

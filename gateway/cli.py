@@ -88,6 +88,37 @@ def _parser() -> argparse.ArgumentParser:
         default=3,
         help="partitions of agui.rejections and agui.warnings if created (default 3)",
     )
+    # --- acls (least privilege on a secured Kafka) ---
+    acls = commands.add_parser(
+        "acls",
+        help="print (or create) the ACLs a gateway principal needs, and no more",
+        description="Print the kafka-acls commands granting a gateway principal exactly what "
+        "it needs for the agents named; --apply creates them (--remove deletes them) with an "
+        "admin client from the settings, which must then name an admin principal.",
+    )
+    acls.add_argument(
+        "--agent-pattern", required=True, help="an agent name, or a name prefix ending in *"
+    )
+    acls.add_argument("--principal", required=True, help="the gateway's principal, User:<name>")
+    acls.add_argument(
+        "--reply-topic-prefix",
+        action="append",
+        default=[],
+        help="a prefix of topics the gateway may reply to (repeatable)",
+    )
+    acls.add_argument(
+        "--create-changelogs",
+        action="store_true",
+        help="also let the gateway create changelog topics (not needed after topics create)",
+    )
+    acls.add_argument(
+        "--command-config",
+        default="admin.properties",
+        help="the admin client config file named in the printed commands",
+    )
+    acls_action = acls.add_mutually_exclusive_group()
+    acls_action.add_argument("--apply", action="store_const", const="apply", dest="action")
+    acls_action.add_argument("--remove", action="store_const", const="remove", dest="action")
     return parser
 
 
@@ -162,6 +193,18 @@ def main(argv: list[str] | None = None) -> int:
             print("agui-gateway topics: partitions must be at least 1", file=sys.stderr)
             return 2
         return topics_cli.main(settings, args.agent, args.partitions, args.shared_partitions)
+    if args.command == "acls":
+        from gateway import acls_cli
+
+        return acls_cli.main(
+            settings,
+            args.agent_pattern,
+            args.principal,
+            args.reply_topic_prefix,
+            args.create_changelogs,
+            args.command_config,
+            args.action,
+        )
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
 
 

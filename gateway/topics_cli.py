@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from gateway.kafka import clients
 from gateway.kafka.topics import agent_topic_layout, ensure_topics
 from gateway.settings import Settings
 
@@ -22,11 +22,12 @@ async def create(settings: Settings, agent: str, partitions: int, shared: int) -
             file=sys.stderr,
         )
         return 2
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers,
-        client_id=f"{settings.client_id}-topics",
-        **settings.kafka_security(),
-    )
+    try:
+        await clients.preflight(settings)
+    except clients.SecurityFailure as exc:
+        print(f"agui-gateway topics: {exc}", file=sys.stderr)
+        return 2
+    admin = clients.admin(settings, client_id=f"{settings.client_id}-topics")
     try:
         await asyncio.wait_for(admin.start(), timeout=30)
         reports = await ensure_topics(

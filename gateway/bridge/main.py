@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 
-from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.service import Bridge
 from gateway.http import HttpServer
+from gateway.kafka import clients
 from gateway.observe import logs
+from gateway.service import run_until_stopped, serving
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.bridge.main")
@@ -27,16 +27,11 @@ async def serve(
         registry = CollectorRegistry()
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
+    await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
     bridge = Bridge(settings, BridgeMetrics(registry))
     http = HttpServer(settings.http_host, settings.bridge_http_port, registry, bridge.ready)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await http.start()
-    try:
+    async with serving(http, stop):
         await bridge.run(stop)
-    finally:
-        await http.stop()
 
 
 def main(settings: Settings) -> int:
@@ -54,16 +49,4 @@ def main(settings: Settings) -> int:
         logging.WARNING
     )  # one line per agent call: the bridge logs runs
     log.info("bridge starting", extra={"settings": settings.masked()})
-    try:
-        asyncio.run(serve(settings))
-    except KeyboardInterrupt:
-        pass
-    except (KafkaError, OSError) as exc:
-        log.error("bridge stopped: %s", exc, extra={"error": repr(exc)})
-        print(
-            f"agui-gateway bridge: cannot run against Kafka at {settings.bootstrap_servers} "
-            f"(or bind {settings.http_host}:{settings.bridge_http_port}): {exc!r}",
-            file=sys.stderr,
-        )
-        return 2
-    return 0
+    return run_until_stopped("bridge", settings, serve(settings))

@@ -19,14 +19,14 @@ import re
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from gateway.bridge.ledger import MarkerState, PartitionLedger, RunRequest, decode_marker
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.outbox import Outbox
 from gateway.bridge.partition import AgentEndpoint, PartitionRuns
 from gateway.codec.records import HEADER_CORRELATION_ID
+from gateway.kafka import clients
 from gateway.kafka.topics import changelog_configs, ensure_topics
 from gateway.settings import BridgeAgent, Settings
 
@@ -165,15 +165,14 @@ class Bridge:
         agent = endpoint.agent
         runs_topic = s.topic(s.bridge_runs_topic, agent)
         await self._ensure_runs_topic(tp.topic, runs_topic)
-        producer = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap_servers,
+        producer = clients.producer(
+            s,
             client_id=f"{s.client_id}-bridge-{agent}-{tp.partition}",
             transactional_id=f"{s.bridge_group_id}.{agent}.{tp.partition}",
             enable_idempotence=True,
             transaction_timeout_ms=s.transaction_timeout_ms,
             linger_ms=2,
             retry_backoff_ms=10,  # KIP-890's first-write NOT_ENOUGH_REPLICAS, as the gateway
-            **s.kafka_security(),
         )
         try:
             await producer.start()  # fences a previous owner, aborts its open transaction
@@ -207,11 +206,7 @@ class Bridge:
             return
         assert self.consumer is not None
         partitions = self.consumer.partitions_for_topic(run_requests) or set()
-        admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.settings.bootstrap_servers,
-            client_id=f"{self.settings.client_id}-bridge-admin",
-            **self.settings.kafka_security(),
-        )
+        admin = clients.admin(self.settings, client_id=f"{self.settings.client_id}-bridge-admin")
         await admin.start()
         try:
             reports = await ensure_topics(
@@ -227,13 +222,12 @@ class Bridge:
     async def _read_marker(self, runs_topic: str, tp: TopicPartition) -> MarkerState:
         """The partition's last committed marker; without one, the group's offset."""
         s = self.settings
-        reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers,
+        reader = clients.consumer(
+            s,
             client_id=f"{s.client_id}-bridge-restore",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            **s.kafka_security(),
         )
         marker_tp = TopicPartition(runs_topic, tp.partition)
         last: bytes | None = None
@@ -262,8 +256,8 @@ class Bridge:
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap_servers,
+        self.consumer = clients.consumer(
+            s,
             client_id=f"{s.client_id}-bridge",
             group_id=s.bridge_group_id,
             enable_auto_commit=False,
@@ -273,7 +267,6 @@ class Bridge:
             metadata_max_age_ms=s.discovery_interval_ms,
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
-            **s.kafka_security(),
         )
         await self.consumer.start()
         try:

@@ -17,17 +17,16 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
-from gateway.demo import wire
 from gateway.demo.agents import Agents
 from gateway.demo.clients import Clients
 from gateway.demo.console import Console, Header
 from gateway.demo.stats import DemoStats
 from gateway.demo.wire import DemoSetupError
 from gateway.http import HttpServer
+from gateway.kafka import clients as kafka_clients
 from gateway.kafka.runner import Gateway
 from gateway.kafka.topics import LEGAL_TOPIC, TopicNames, agent_topic_layout, ensure_topics
 from gateway.observe.metrics import Metrics
@@ -52,9 +51,7 @@ def reply_topic(settings: Settings, agent: str) -> str:
 
 
 async def create_topics(settings: Settings, agent: str, partitions: int, replies: str) -> None:
-    admin = AIOKafkaAdminClient(
-        client_id=f"{settings.client_id}-demo-topics", **wire.common(settings)
-    )
+    admin = kafka_clients.admin(settings, client_id=f"{settings.client_id}-demo-topics")
     try:
         await asyncio.wait_for(admin.start(), timeout=CONNECT_TIMEOUT_S)
         layout = agent_topic_layout(settings, agent, partitions, SHARED_PARTITIONS)
@@ -171,6 +168,10 @@ async def run(
     replies = reply_topic(settings, agent)
     if not LEGAL_TOPIC.match(replies):
         raise DemoSetupError(f"{replies!r} is not a legal topic name")
+    try:
+        await kafka_clients.preflight(settings)
+    except kafka_clients.SecurityFailure as exc:
+        raise DemoSetupError(str(exc)) from None
     await create_topics(settings, agent, partitions, replies)
 
     registry = CollectorRegistry()

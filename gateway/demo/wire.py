@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from gateway.kafka import clients
 from gateway.settings import Settings
 
 ASSIGN_TIMEOUT_S = 30.0
@@ -17,18 +17,14 @@ class DemoSetupError(RuntimeError):
     """The demo cannot start: one line for the user."""
 
 
-def common(settings: Settings) -> dict[str, Any]:
-    return {"bootstrap_servers": settings.bootstrap_servers, **settings.kafka_security()}
-
-
 async def producer(settings: Settings, client_id: str) -> AIOKafkaProducer:
-    made = AIOKafkaProducer(
+    made = clients.producer(
+        settings,
         client_id=client_id,
         acks="all",
         enable_idempotence=True,
         linger_ms=5,
         request_timeout_ms=15000,
-        **common(settings),
     )
     await asyncio.wait_for(made.start(), timeout=ASSIGN_TIMEOUT_S)
     return made
@@ -42,7 +38,8 @@ async def consumer_at_end(
     Returns once the group assigned every partition and each position is
     resolved, so nothing published afterwards is missed.
     """
-    made = AIOKafkaConsumer(
+    made = clients.consumer(
+        settings,
         topic,
         client_id=client_id,
         group_id=group_id,
@@ -51,7 +48,6 @@ async def consumer_at_end(
         isolation_level="read_committed",
         session_timeout_ms=10000,
         heartbeat_interval_ms=1000,
-        **common(settings),
     )
     await asyncio.wait_for(made.start(), timeout=ASSIGN_TIMEOUT_S)
     try:

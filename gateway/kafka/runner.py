@@ -24,12 +24,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced, TopicAuthorizationFailedError
 from aiokafka.structs import ConsumerRecord
 
 from gateway.codec import changelog
 from gateway.codec.records import HEADER_REPLY_TO
 from gateway.core.state import RunStatus
+from gateway.kafka import clients
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.topics import LEGAL_TOPIC, TopicNames, changelog_configs, ensure_topics
 from gateway.observe import logs
@@ -102,6 +103,12 @@ class Gateway:
         # Pairs given up (fenced, or revoked mid-round) whose partitions may still be
         # assigned here, paused: not ready until the next assignment settles them.
         self.dropped: set[PairKey] = set()
+        # Pairs Kafka refuses an operation for want of an ACL: (operation, resource).
+        # They wait, paused and undecided, and retry with backoff until it is granted.
+        self.denied: dict[PairKey, tuple[str, str]] = {}
+        self._denied_attempts: dict[PairKey, int] = {}
+        self._denied_preparing: set[PairKey] = set()  # refused while prepared, not committed
+        self._denied_gauged: set[tuple[str, str, str]] = set()
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None
         self.offsets: AIOKafkaConsumer | None = None  # end offsets for the fence
@@ -134,12 +141,6 @@ class Gateway:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def _common(self) -> dict[str, Any]:
-        return {
-            "bootstrap_servers": self.settings.bootstrap_servers,
-            **self.settings.kafka_security(),
-        }
-
     async def run(self, stop: asyncio.Event) -> None:
         retries = self.metrics.kafka_retries
         logs.KAFKA_LOGS.on_retry = lambda error: retries.labels(error).inc()
@@ -164,9 +165,10 @@ class Gateway:
         """Start the admin client and both consumers (each kept as soon as constructed, so
         a failed start still closes what was opened)."""
         s = self.settings
-        self.admin = AIOKafkaAdminClient(client_id=f"{s.client_id}-admin", **self._common())
+        self.admin = clients.admin(s, client_id=f"{s.client_id}-admin")
         await self.admin.start()
-        self.consumer = AIOKafkaConsumer(
+        self.consumer = clients.consumer(
+            s,
             client_id=s.client_id,
             group_id=s.group_id,
             enable_auto_commit=False,
@@ -177,19 +179,18 @@ class Gateway:
             max_poll_records=s.max_poll_records,
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
-            **self._common(),
         )
         await self.consumer.start()
         # End offsets for the fence come from a client of their own: a broker answers a
         # connection's requests in order, so on the consumer's connection the lookup
         # waits behind a long-polling fetch (up to fetch_max_wait_ms) whenever the
         # fetch covers only quiet partitions, and a round stalls for it.
-        self.offsets = AIOKafkaConsumer(
+        self.offsets = clients.consumer(
+            s,
             client_id=f"{s.client_id}-offsets",
             enable_auto_commit=False,
             isolation_level="read_committed",
             metadata_max_age_ms=s.discovery_interval_ms,
-            **self._common(),
         )
         await self.offsets.start()
         self.consumer.subscribe(pattern=s.subscription_pattern(), listener=_Listener(self))
@@ -238,13 +239,16 @@ class Gateway:
             f"{a}/{p}" for (a, p), s in self.slots.items() if not s.ready and a not in self.refused
         ]
         dropped = sorted(f"{a}/{p}" for a, p in self.dropped if a not in self.refused)
+        denied = {f"{a}/{p}": f"{op} on {res}" for (a, p), (op, res) in self.denied.items()}
         ok = self._running and self._assigned_once and not restoring and not dropped
+        ok = ok and not denied
         return ok, {
             "running": self._running,
             "assigned": sorted(f"{a}/{p}" for a, p in self.slots),
             "restoring": restoring,
             "dropped": dropped,
             "refused": self.refused,
+            "denied": denied,
         }
 
     # --- the round --------------------------------------------------------------------------
@@ -308,7 +312,8 @@ class Gateway:
             results = await asyncio.gather(*(self._commit(s) for s in due))
             failed = [s for s, ok in zip(due, results, strict=True) if not ok and self._holds(s)]
             if failed:
-                self._start_prepare(failed)  # a fresh producer before they process again
+                # a fresh producer before they process again; later if an ACL is missing
+                self._start_prepare(failed, after=self._denied_backoff(failed))
             self._gauges()
         if mono - self._last_lag >= 5:
             self._last_lag = mono
@@ -415,6 +420,7 @@ class Gateway:
                 "transaction failed; rewinding to the last commit",
                 extra={"agent": pair.agent, "partition": pair.partition, "error": repr(exc)},
             )
+            self._note_denied(slot, exc)
             with contextlib.suppress(Exception):
                 await producer.abort_transaction()
             pair.aborted()
@@ -426,9 +432,53 @@ class Gateway:
             await self._rewind(slot)
             return False
         self.metrics.transactions.labels("committed").inc()
+        self._granted(slot)
         slot.committed.update(offsets)
         pair.committed(time.monotonic())
         return True
+
+    def _note_denied(
+        self, slot: PairSlot, exc: BaseException, topic_op: str = "Write", preparing: bool = False
+    ) -> None:
+        """Record (log, /readyz, metric) that Kafka refused this pair an operation."""
+        found = clients.describe_denial(exc, topic_op)
+        if found is None:
+            return
+        key = (slot.pair.agent, slot.pair.partition)
+        self.denied[key] = found
+        if preparing:
+            self._denied_preparing.add(key)
+        else:
+            self._denied_preparing.discard(key)
+        self._denied_attempts[key] = self._denied_attempts.get(key, 0) + 1
+        log.error(
+            "permission denied: %s on %s; the pair waits, nothing decided, and retries",
+            *found,
+            extra={"agent": key[0], "partition": key[1], "operation": found[0]},
+        )
+        self._gauges()
+
+    def _granted(self, slot: PairSlot, preparing: bool = False) -> None:
+        """What Kafka refused the pair now succeeded (a commit; or preparing, if refused there)."""
+        key = (slot.pair.agent, slot.pair.partition)
+        if key not in self.denied or (preparing and key not in self._denied_preparing):
+            return
+        del self.denied[key]
+        self._denied_preparing.discard(key)
+        self._denied_attempts.pop(key, None)
+        log.info(
+            "permission granted: the pair resumes", extra={"agent": key[0], "partition": key[1]}
+        )
+        self._gauges()
+
+    def _denied_backoff(self, slots: list[PairSlot]) -> float:
+        attempts = max(
+            (self._denied_attempts.get((s.pair.agent, s.pair.partition), 0) for s in slots),
+            default=0,
+        )
+        if not attempts:
+            return 0.0
+        return float(min(PREPARE_RETRY_S * 2 ** (attempts - 1), PREPARE_RETRY_MAX_S))
 
     def _pause(self, slot: PairSlot) -> None:
         assert self.consumer is not None
@@ -470,6 +520,12 @@ class Gateway:
         for agent in self.refused:
             self.metrics.agent_refused.labels(agent).set(1)
         self._refused_gauged = set(self.refused)
+        denied = {(a, op, res) for (a, _), (op, res) in self.denied.items()}
+        for labels in self._denied_gauged - denied:
+            self.metrics.permission_denied.remove(*labels)
+        for labels in denied:
+            self.metrics.permission_denied.labels(*labels).set(1)
+        self._denied_gauged = denied
 
     async def _lag(self) -> None:
         assert self.consumer is not None
@@ -550,6 +606,7 @@ class Gateway:
         slot.ready = False
         if self._holds(slot):
             del self.slots[key]
+            self.denied.pop(key, None)
             for tp in slot.tps():
                 self.by_tp.pop(tp, None)
             self.dropped.add(key)
@@ -602,8 +659,8 @@ class Gateway:
         if pending:
             self._start_prepare(pending)
 
-    def _start_prepare(self, slots: list[PairSlot]) -> None:
-        task = asyncio.create_task(self._prepare(slots))
+    def _start_prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
+        task = asyncio.create_task(self._prepare(slots, after))
         self._restore_tasks.add(task)
         task.add_done_callback(self._restore_tasks.discard)
 
@@ -619,6 +676,9 @@ class Gateway:
                 f"{topics.events} has {len(events)} partitions but {topics.requests} has "
                 f"{len(requests)}; co-partitioned topics must have the same count. Agent refused"
             )
+        await self._check_readable(
+            [t for t, found in ((topics.events, events), (topics.requests, requests)) if not found]
+        )
         count = len(events or requests or ())
         reports = await ensure_topics(self.admin, {topics.changelog: (count, changelog_configs())})
         bad = [r for r in reports if r.action == "mismatch"]
@@ -626,13 +686,30 @@ class Gateway:
             return f"changelog topic {bad[0].topic}: {bad[0].detail}. Agent refused"
         return None
 
-    async def _prepare(self, slots: list[PairSlot]) -> None:
+    async def _check_readable(self, topics: list[str]) -> None:
+        """Raise if Kafka hides one of an agent's consumed topics for want of an ACL.
+
+        A pattern subscription never sees a topic it may not describe: without this
+        the agent would be served on one side only, silently.
+        """
+        assert self.admin is not None
+        if not topics:
+            return
+        for found in await self.admin.describe_topics(topics):
+            if found.get("error_code") == TopicAuthorizationFailedError.errno:
+                denied = TopicAuthorizationFailedError(found["topic"])
+                denied.operation = "Read"  # type: ignore[attr-defined]
+                raise denied
+
+    async def _prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
         """Check each agent, fence zombies, restore state, then let the pairs' partitions flow.
 
         Failures are retried with backoff until they succeed or the pairs are revoked:
         a pair is never processed unprepared, and its partitions stay paused meanwhile.
         Each pass tries every pair, so one that keeps failing holds up no other.
         """
+        if after:
+            await asyncio.sleep(after)
         delay = PREPARE_RETRY_S
         refused: dict[str, str] = {}
         checked: set[str] = set()
@@ -649,6 +726,9 @@ class Gateway:
                         "could not check agent; retrying",
                         extra={"agent": agent, "error": repr(exc), "retry_in_s": delay},
                     )
+                    for slot in todo:
+                        if slot.pair.agent == agent:
+                            self._note_denied(slot, exc, "DescribeConfigs", preparing=True)
                     continue
                 checked.add(agent)
                 if why:
@@ -678,6 +758,7 @@ class Gateway:
                             "retry_in_s": delay,
                         },
                     )
+                    self._note_denied(slot, exc, "Read", preparing=True)
                     failed.append(slot)
             if not failed:
                 return
@@ -704,6 +785,7 @@ class Gateway:
             if tp in slot.committed and tp in assignment:
                 self.consumer.seek(tp, slot.committed[tp])
         self.metrics.prime_agent(pair.agent)
+        self._granted(slot, preparing=True)
         gc.freeze()  # restored state is long-lived and acyclic: keep it out of GC passes
         slot.ready = True
         live = [tp for tp in slot.tps() if tp in assignment]
@@ -721,7 +803,8 @@ class Gateway:
         )
 
     async def _start_producer(self, pair: PartitionPair) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
+        producer = clients.producer(
+            self.settings,
             client_id=f"{self.settings.client_id}-{pair.agent}-{pair.partition}",
             transactional_id=f"{self.settings.group_id}.{pair.agent}.{pair.partition}",
             enable_idempotence=True,
@@ -731,7 +814,6 @@ class Gateway:
             # write of a transaction from aiokafka's older produce version with a
             # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
             retry_backoff_ms=10,
-            **self._common(),
         )
         try:
             await producer.start()  # initialises the transactional id: fences zombies
@@ -764,13 +846,13 @@ class Gateway:
     async def _restore(self, pair: PartitionPair) -> None:
         async with self._restore_lock:
             tp = TopicPartition(pair.topics.changelog, pair.partition)
-            reader = AIOKafkaConsumer(
+            reader = clients.consumer(
+                self.settings,
                 client_id=f"{self.settings.client_id}-restore",
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",  # a "latest" reset racing the seek would skip all
                 isolation_level="read_committed",
                 max_poll_records=10000,
-                **self._common(),
             )
             try:
                 await reader.start()
@@ -810,6 +892,7 @@ class Gateway:
     async def _drop(self, slot: PairSlot) -> None:
         if self._holds(slot):
             del self.slots[(slot.pair.agent, slot.pair.partition)]
+            self.denied.pop((slot.pair.agent, slot.pair.partition), None)
             for tp in slot.tps():
                 self.by_tp.pop(tp, None)
         await self._close_producer(slot)

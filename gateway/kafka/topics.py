@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from gateway.settings import Settings
 
@@ -91,6 +91,8 @@ async def _describe_cleanup(admin: AIOKafkaAdminClient, topic: str) -> str | Non
     )
     for response in responses:
         for resource in response.to_object()["resources"]:
+            if resource["error_code"]:  # e.g. no DescribeConfigs ACL: never skip the check
+                raise for_code(resource["error_code"])(topic)
             for entry in resource["config_entries"]:
                 if entry["config_names"] == "cleanup.policy":
                     return str(entry["config_value"])

@@ -161,6 +161,12 @@ class Metrics:
             "NOT_ENOUGH_REPLICAS on a transaction's first write), by error.",
             ("error",),
         )
+        self.permission_denied = gauge(
+            "permission_denied",
+            "1 while Kafka refuses the gateway an operation on a resource (a missing ACL); "
+            "the pairs concerned wait and retry.",
+            ("agent", "operation", "resource"),
+        )
         self.build_info = Info(PREFIX + "build", "Gateway version.", registry=registry)
         self.build_info.info({"version": __version__})
 

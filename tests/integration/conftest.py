@@ -175,3 +175,48 @@ async def create_topics(kafka_admin: AIOKafkaAdminClient) -> CreateTopics:
         return list(names)
 
     return _create
+
+
+# --- the secure broker (KAFKA_SECURITY=sasl_ssl deploy/kafka.sh) ---------------------
+
+
+def secure_ports() -> tuple[int, int]:
+    """Client and controller ports of the secure broker: KAFKA_PORT + 100 and + 200."""
+    port = int(os.environ.get("KAFKA_SECURE_PORT", kafka_port() + 100))
+    controller = int(os.environ.get("KAFKA_SECURE_CONTROLLER_PORT", kafka_port() + 200))
+    return port, controller
+
+
+@pytest.fixture(scope="session")
+def secure_kafka() -> Iterator[tuple[str, Path]]:
+    """(bootstrap, secure dir) of a SASL_SSL broker with ACLs, started for this session."""
+    port, controller = secure_ports()
+    env = {
+        **os.environ,
+        "KAFKA_SECURITY": "sasl_ssl",
+        "KAFKA_PORT": str(port),
+        "KAFKA_CONTROLLER_PORT": str(controller),
+    }
+    env.pop("KAFKA_STATE_DIR", None)
+
+    def kafka_sh(command: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(KAFKA_SH), command],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    already_running = kafka_sh("status", timeout=60).returncode == 0
+    result = kafka_sh("start", timeout=START_TIMEOUT_S)
+    if result.returncode != 0:
+        pytest.fail(
+            f"secure deploy/kafka.sh start failed (exit {result.returncode}):\n{result.stderr}",
+            pytrace=False,
+        )
+    yield result.stdout.strip().splitlines()[-1], REPO_ROOT / ".kafka" / str(port) / "secure"
+    if not already_running and os.environ.get("KAFKA_KEEP_RUNNING") != "1":
+        kafka_sh("stop", timeout=120)

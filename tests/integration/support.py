@@ -125,7 +125,7 @@ class GatewayProcess:
         self.settings = settings
         self.proc: asyncio.subprocess.Process | None = None
 
-    async def start(self, ready_timeout: float = 60) -> GatewayProcess:
+    async def start(self, ready_timeout: float = 60, wait: bool = True) -> GatewayProcess:
         env = self.ns.env(http_port=self.port, **self.settings)
         log = self.log_path.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
@@ -137,7 +137,8 @@ class GatewayProcess:
             cwd=str(self.cwd),
         )
         log.close()
-        await self.wait_ready(ready_timeout)
+        if wait:
+            await self.wait_ready(ready_timeout)
         return self
 
     def http(self, path: str) -> tuple[int, bytes]:
@@ -189,9 +190,12 @@ async def produce(
     topic: str,
     records: Iterable[tuple[str | None, Any]],
     headers: list[tuple[str, bytes]] | None = None,
+    **security: Any,
 ) -> None:
     """Send (key, value) records in order; dict/list values are JSON-encoded, bytes as is."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, **security
+    )
     await producer.start()
     try:
         for key, value in records:
@@ -210,6 +214,7 @@ async def collect(
     count: int | None = None,
     timeout: float = 30,
     settle: float = 0.0,
+    **security: Any,
 ) -> list[Any]:
     """Records of `topic` (read_committed, from the beginning) until `count` are seen.
 
@@ -221,6 +226,7 @@ async def collect(
         isolation_level="read_committed",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **security,
     )
     await consumer.start()
     out: list[Any] = []

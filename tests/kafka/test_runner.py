@@ -8,10 +8,16 @@ from types import SimpleNamespace
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import IllegalStateError, KafkaError, ProducerFenced
+from aiokafka.errors import (
+    IllegalStateError,
+    KafkaError,
+    ProducerFenced,
+    TopicAuthorizationFailedError,
+)
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
+import gateway.kafka.clients as clients
 import gateway.kafka.runner as runner
 from gateway.kafka.runner import Gateway, PairSlot
 from gateway.observe.metrics import Metrics
@@ -196,7 +202,7 @@ def gw(monkeypatch):
     g.offsets = FakeOffsets()
     g._running = True
     producers = Producers(consumer)
-    monkeypatch.setattr(runner, "AIOKafkaProducer", producers)
+    monkeypatch.setattr(clients, "AIOKafkaProducer", producers)
     g.producers = producers
     g.restored = []
 
@@ -466,6 +472,7 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
             "restoring": [],
             "dropped": [],
             "refused": {},
+            "denied": {},
         },
     )
 
@@ -479,6 +486,47 @@ async def test_a_fenced_commit_is_not_reported_ready(gw):
     assert not await gw._commit(slot)
     assert ("bot", 0) not in gw.slots
     assert not gw.ready()[0]
+
+
+async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    with_pending_forward(gw, slot)
+    slot.producer.commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
+    assert not await gw._commit(slot)
+    assert transactions(gw, "aborted") == 1
+    ok, details = gw.ready()
+    assert not ok and details["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
+    denied = gw.metrics.permission_denied.labels("bot", "Write", "topic agui.bot.run-requests")
+    assert denied._value.get() == 1
+    assert gw._denied_backoff([slot]) == runner.PREPARE_RETRY_S  # not at once
+    gw._start_prepare([slot], after=0.01)
+    await settle(gw)
+    assert slot.ready and gw.ready()[1]["denied"] == {
+        "bot/0": "Write on topic agui.bot.run-requests"
+    }
+    await gw._round(decided_round(ev, rq))  # granted now: the fresh producer commits
+    assert transactions(gw, "committed") == 1
+    assert "agui.bot.run-requests" in [t for t, _ in slot.producer.sent]
+    ok, details = gw.ready()
+    assert ok and details["denied"] == {}
+    assert not gw.metrics.permission_denied._metrics  # the series is gone
+
+
+async def test_a_denied_pair_that_is_given_up_no_longer_holds_readiness(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    with_pending_forward(gw, slot)
+    slot.producer.commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
+    assert not await gw._commit(slot)
+    assert gw.ready()[1]["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
+    gw._discard(slot)  # e.g. revoked while its commit hung
+    assert gw.ready()[1]["denied"] == {}
+    await settle(gw)
+    await assign(gw)  # the pair went elsewhere
+    assert gw.ready() == (True, gw.ready()[1])
 
 
 # --- preparing ------------------------------------------------------------------------------
@@ -557,7 +605,7 @@ async def test_a_producer_whose_start_is_cancelled_is_stopped(gw, monkeypatch):
         made.append(producer)
         return producer
 
-    monkeypatch.setattr(runner, "AIOKafkaProducer", hanging)
+    monkeypatch.setattr(clients, "AIOKafkaProducer", hanging)
     await gw._on_assigned({ev, rq})
     await entered.wait()
     await gw._on_revoked({ev, rq})
@@ -589,7 +637,7 @@ class HangingReader(FakeReader):
 
 async def test_the_restore_reader_is_stopped_when_its_start_fails(monkeypatch):
     FakeReader.made = []
-    monkeypatch.setattr(runner, "AIOKafkaConsumer", FakeReader)
+    monkeypatch.setattr(clients, "AIOKafkaConsumer", FakeReader)
     g = Gateway(Settings(), Metrics(CollectorRegistry()))
     pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
     with pytest.raises(KafkaError):
@@ -599,7 +647,7 @@ async def test_the_restore_reader_is_stopped_when_its_start_fails(monkeypatch):
 
 async def test_the_restore_reader_is_stopped_when_its_start_is_cancelled(monkeypatch):
     FakeReader.made = []
-    monkeypatch.setattr(runner, "AIOKafkaConsumer", HangingReader)
+    monkeypatch.setattr(clients, "AIOKafkaConsumer", HangingReader)
     g = Gateway(Settings(), Metrics(CollectorRegistry()))
     pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
     task = asyncio.create_task(g._restore(pair))

@@ -1,0 +1,166 @@
+"""The ACLs a gateway principal needs, and no more: as data, as `kafka-acls` commands, applied.
+
+What the gateway does on Kafka, and the permission each needs (WRITE implies
+DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
+
+- consume an agent's events and requests topics: Topic READ
+- forward, reject, warn: Topic WRITE on run-requests, rejections, warnings
+- keep and restore thread state: Topic READ, WRITE on the changelog, and
+  DESCRIBE_CONFIGS to check it is compacted (CREATE only if the gateway is to
+  create changelogs itself; `topics create` makes them)
+- reply: Topic WRITE on the reply topics
+- its consumer group: Group READ (joins, fetches and commits offsets in transactions)
+- its transactional ids `<group_id>.<agent>.<partition>`: TransactionalId WRITE.
+  A transactional producer is idempotent under that permission: no Cluster
+  IDEMPOTENT_WRITE is needed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import for_code
+from aiokafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest
+
+from gateway.settings import Settings
+
+_AGENT = "{agent}"
+
+# Kafka's protocol codes (org.apache.kafka.common.resource / acl).
+RESOURCE_TYPES = {"topic": 2, "group": 3, "cluster": 4, "transactional-id": 5}
+PATTERN_TYPES = {"literal": 3, "prefixed": 4}
+OPERATIONS = {"Read": 3, "Write": 4, "Create": 5, "DescribeConfigs": 10, "IdempotentWrite": 12}
+ALLOW = 3
+
+
+@dataclass(frozen=True, order=True)
+class Acl:
+    resource_type: str  # topic | group | transactional-id | cluster
+    name: str
+    pattern: str  # literal | prefixed
+    operation: str
+    principal: str
+
+
+def gateway_acls(
+    settings: Settings,
+    agent_pattern: str,
+    principal: str,
+    reply_topic_prefixes: Iterable[str] = (),
+    create_changelogs: bool = False,
+) -> list[Acl]:
+    """The gateway's ACLs for the agents `agent_pattern` names: one agent, or `prefix*`."""
+    prefixed = agent_pattern.endswith("*")
+    agent = agent_pattern[:-1] if prefixed else agent_pattern
+    pattern = "prefixed" if prefixed else "literal"
+
+    def name(template: str) -> str:
+        # A prefixed ACL covers every topic starting with the template's head and
+        # the agent prefix: whatever follows {agent} cannot be part of a prefix.
+        return template.split(_AGENT)[0] + agent if prefixed else settings.topic(template, agent)
+
+    def topic(template: str, *operations: str) -> list[Acl]:
+        return [Acl("topic", name(template), pattern, op, principal) for op in operations]
+
+    changelog_ops = ["Read", "Write", "DescribeConfigs"] + (["Create"] if create_changelogs else [])
+    acls = [
+        *topic(settings.events_topic, "Read"),
+        *topic(settings.requests_topic, "Read"),
+        *topic(settings.run_requests_topic, "Write"),
+        *topic(settings.changelog_topic, *changelog_ops),
+        Acl("topic", settings.rejections_topic, "literal", "Write", principal),
+        Acl("topic", settings.warnings_topic, "literal", "Write", principal),
+        *(Acl("topic", p, "prefixed", "Write", principal) for p in reply_topic_prefixes),
+        Acl("group", settings.group_id, "literal", "Read", principal),
+        Acl("transactional-id", f"{settings.group_id}.{agent}", "prefixed", "Write", principal)
+        if prefixed
+        else Acl(
+            "transactional-id", f"{settings.group_id}.{agent}.", "prefixed", "Write", principal
+        ),
+    ]
+    return sorted(set(acls), key=lambda a: (a.resource_type, a.name, a.pattern, a.operation))
+
+
+def overlaps(settings: Settings, agent_pattern: str) -> list[str]:
+    """For `prefix*`: the prefixed topic ACLs that also reach another kind of topic.
+
+    With the default templates (`agui.{agent}.events`, ...) every per-agent topic
+    of `prefix*` agents starts with the same `agui.<prefix>`: the prefixed ACLs
+    then grant Read and Write on events and requests alike. Exact agent names, or
+    templates with distinct heads (`agui.events.{agent}`), keep them apart.
+    """
+    if not agent_pattern.endswith("*"):
+        return []
+    agent = agent_pattern[:-1]
+    heads = {
+        kind: template.split(_AGENT)[0] + agent
+        for kind, template in (
+            ("events", settings.events_topic),
+            ("requests", settings.requests_topic),
+            ("run-requests", settings.run_requests_topic),
+            ("changelog", settings.changelog_topic),
+        )
+    }
+    notes = []
+    for kind, head in heads.items():
+        others = [k for k, h in heads.items() if k != kind and h.startswith(head)]
+        if others:
+            notes.append(
+                f"the {kind} ACLs on topic prefix {head} also cover the {', '.join(others)} "
+                "topics; name one agent at a time, or use topic templates with distinct "
+                "heads, for least privilege"
+            )
+    return notes
+
+
+def kafka_acls_commands(acls: list[Acl], bootstrap: str, command_config: str) -> list[str]:
+    """One `kafka-acls --add` command per resource, with its operations."""
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    for acl in acls:
+        key = (acl.principal, acl.resource_type, acl.pattern, acl.name)
+        grouped.setdefault(key, []).append(acl.operation)
+    lines = []
+    for (principal, resource_type, pattern, name), operations in grouped.items():
+        args = [
+            "kafka-acls",
+            "--bootstrap-server",
+            bootstrap,
+            "--command-config",
+            command_config,
+            "--add",
+            "--allow-principal",
+            principal,
+        ]
+        for op in operations:
+            args += ["--operation", op]
+        if resource_type == "cluster":
+            args.append("--cluster")
+        else:
+            args += [f"--{resource_type}", name]
+        if pattern != "literal":
+            args += ["--resource-pattern-type", pattern]
+        lines.append(shlex.join(args))
+    return lines
+
+
+async def apply(admin: AIOKafkaAdminClient, acls: list[Acl], *, delete: bool = False) -> None:
+    """Create (or delete) each ACL through an admin client; raise on the first refusal."""
+    for acl in acls:
+        fields = (
+            RESOURCE_TYPES[acl.resource_type],
+            "kafka-cluster" if acl.resource_type == "cluster" else acl.name,
+            PATTERN_TYPES[acl.pattern],
+            acl.principal,
+            "*",
+            OPERATIONS[acl.operation],
+            ALLOW,
+        )
+        request = DeleteAclsRequest(*fields) if delete else CreateAclsRequest(*fields)
+        response = await admin._send_request(request)
+        entries = response.filter_responses if delete else response.creation_responses
+        for entry in entries:
+            if entry[0] != 0:
+                raise for_code(entry[0])(f"{acl}: {entry[1]}")

@@ -1,0 +1,140 @@
+"""Every Kafka client the gateway builds, in one place, with the settings' security.
+
+Consumers, producers and admin clients of the service, `topics create` and the
+demo are made here, so each one connects with `settings.kafka_security()` and
+the bootstrap servers, and none can be built without them.
+
+`preflight` connects once to the bootstrap servers with those settings and
+turns what aiokafka would otherwise retry quietly (a refused password, an
+untrusted certificate, a certificate for another host) into one clear line.
+The line names the cause and never carries a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+    UnsupportedSaslMechanismError,
+)
+
+from gateway.settings import Settings
+
+PREFLIGHT_TIMEOUT_S = 15.0
+
+# What a missing ACL looks like to a client: Kafka answers the request, refused.
+AUTHORIZATION_ERRORS = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+    ClusterAuthorizationFailedError,
+)
+
+
+class SecurityFailure(Exception):
+    """Kafka refused the connection's security: one line for the user, no secret in it."""
+
+
+def common(settings: Settings) -> dict[str, Any]:
+    """The keyword arguments every client shares: where Kafka is, and how to connect."""
+    return {"bootstrap_servers": settings.bootstrap_servers, **settings.kafka_security()}
+
+
+def consumer(settings: Settings, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(*topics, **kwargs, **common(settings))
+
+
+def producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:
+    return AIOKafkaProducer(**kwargs, **common(settings))
+
+
+def admin(settings: Settings, **kwargs: Any) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(**kwargs, **common(settings))
+
+
+def describe_denial(exc: BaseException, topic_operation: str = "Write") -> tuple[str, str] | None:
+    """(missing operation, resource) of a request Kafka refused for want of an ACL, else None.
+
+    A refused topic is named by the error; `topic_operation` says what the caller
+    did with it (producers write, consumers read), unless the error carries its own
+    `operation`.
+    """
+    if isinstance(exc, TopicAuthorizationFailedError):
+        topics = exc.args[0] if exc.args else "?"
+        if isinstance(topics, (set, frozenset, list, tuple)):
+            topics = ",".join(sorted(str(t) for t in topics))
+        return getattr(exc, "operation", topic_operation), f"topic {topics}"
+    if isinstance(exc, TransactionalIdAuthorizationFailed):
+        return "Write", f"transactional-id {exc.args[0] if exc.args else '?'}"
+    if isinstance(exc, GroupAuthorizationFailedError):
+        return "Read", f"group {exc.args[0] if exc.args else '?'}"
+    if isinstance(exc, ClusterAuthorizationFailedError):
+        return "IdempotentWrite", "cluster"
+    return None
+
+
+def _cause(settings: Settings, exc: BaseException) -> str | None:
+    """One line naming why the connection's security failed, or None if it did not."""
+    where = settings.bootstrap_servers
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        reason = exc.verify_message or str(exc)
+        if "mismatch" in reason.lower():
+            return (
+                f"TLS: the broker's certificate at {where} does not match the host name "
+                f"({reason}); connect by a name the certificate lists"
+            )
+        return (
+            f"TLS: the broker's certificate at {where} is not trusted ({reason}); "
+            "set ssl_cafile to the CA that signed it"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake with {where} failed ({exc.reason or type(exc).__name__})"
+    if isinstance(exc, SaslAuthenticationFailed):
+        return (
+            f"SASL: {where} refused user {settings.sasl_plain_username!r} with "
+            f"{settings.sasl_mechanism} (wrong user name or password)"
+        )
+    if isinstance(exc, UnsupportedSaslMechanismError):
+        return f"SASL: {where} does not offer mechanism {settings.sasl_mechanism}"
+    return None
+
+
+async def preflight(settings: Settings) -> None:
+    """Connect once with the configured security; raise `SecurityFailure` naming the cause.
+
+    Unreachable servers are not judged here: the clients report them as before.
+    """
+    if settings.security_protocol == "PLAINTEXT":
+        return
+    security = settings.kafka_security()
+    for server in settings.bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            conn = await asyncio.wait_for(
+                create_conn(
+                    host.strip("[]"),
+                    int(port),
+                    client_id=f"{settings.client_id}-preflight",
+                    request_timeout_ms=int(PREFLIGHT_TIMEOUT_S * 1000),
+                    **security,
+                ),
+                timeout=PREFLIGHT_TIMEOUT_S,
+            )
+        except (KafkaError, OSError, TimeoutError, ValueError) as exc:
+            cause = _cause(settings, exc) or _cause(settings, exc.__cause__ or exc)
+            if cause is not None:
+                raise SecurityFailure(cause) from None
+            continue  # unreachable or odd: the next server, then the clients, say so
+        conn.close()
+        return

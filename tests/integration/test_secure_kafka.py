@@ -1,0 +1,384 @@
+"""The gateway on a locked-down Kafka: SASL_SSL (SCRAM-SHA-512), TLS and least-privilege ACLs.
+
+The broker is `KAFKA_SECURITY=sasl_ssl deploy/kafka.sh start` (the `secure_kafka`
+fixture): ACLs enforced, nothing allowed that no ACL grants. The gateway runs as
+`agui-gateway` with exactly the ACLs `agui-gateway acls` gives it, configured by
+deploy/secure/gateway.toml (the README's configuration) plus its password, and
+the test's own clients as the `admin` super user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.helpers import create_ssl_context
+
+from gateway.kafka.acls import Acl, apply
+from tests.integration.support import (
+    GATEWAY_BIN,
+    REPO_ROOT,
+    GatewayProcess,
+    Namespace,
+    collect,
+    header,
+    produce,
+    values,
+)
+
+CONFIG = REPO_ROOT / "deploy" / "secure" / "gateway.toml"
+AGENT = "support"
+GATEWAY_USER = "agui-gateway"
+
+
+class SecureNamespace(Namespace):
+    """A test namespace whose commands connect over SASL_SSL as `user`, from CONFIG."""
+
+    def __init__(self, bootstrap: str, secure_dir: Path, user: str = GATEWAY_USER) -> None:
+        super().__init__(bootstrap)
+        self.secure_dir = secure_dir
+        self.user = user
+
+    def as_user(self, user: str) -> SecureNamespace:
+        other = SecureNamespace(self.bootstrap, self.secure_dir, user)
+        other.prefix, other.group = self.prefix, self.group
+        return other
+
+    def password(self, user: str | None = None) -> str:
+        return (self.secure_dir / f"{user or self.user}.password").read_text().strip()
+
+    def env(self, **overrides: Any) -> dict[str, str]:
+        # The README's file verbatim; only the port-dependent values and the secret differ.
+        settings: dict[str, Any] = {
+            "ssl_cafile": self.secure_dir / "ca.crt",
+            "sasl_plain_username": self.user,
+            "sasl_plain_password": self.password(),
+        }
+        settings.update(overrides)
+        env = super().env(**settings)
+        env["AGUI_GATEWAY_CONFIG_FILE"] = str(CONFIG)
+        return env
+
+    def security(self) -> dict[str, Any]:
+        """aiokafka arguments for the test's own clients: the admin."""
+        return {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": "admin",
+            "sasl_plain_password": self.password("admin"),
+            "ssl_context": create_ssl_context(cafile=str(self.secure_dir / "ca.crt")),
+        }
+
+    def replies(self) -> str:
+        return f"{self.prefix}.replies.a"
+
+
+def started(thread: str, run: str) -> dict:
+    return {"type": "RUN_STARTED", "threadId": thread, "runId": run}
+
+
+def interrupted(thread: str, run: str, interrupt_id: str) -> dict:
+    return {
+        "type": "RUN_FINISHED",
+        "threadId": thread,
+        "runId": run,
+        "outcome": {"type": "interrupt", "interrupts": [{"id": interrupt_id, "reason": "choice"}]},
+    }
+
+
+def resume(thread: str, run: str, *entries: dict) -> dict:
+    return {"threadId": thread, "runId": run, "messages": [], "resume": list(entries)}
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(GATEWAY_BIN), *args],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+async def setup_agent(ns: SecureNamespace) -> None:
+    """As the admin: the agent's topics (`topics create`), a reply topic, the gateway's ACLs."""
+    admin_ns = ns.as_user("admin")
+    report = await admin_ns.create_agent(AGENT, partitions=1)
+    assert "created" in report, report
+    admin = AIOKafkaAdminClient(bootstrap_servers=ns.bootstrap, **ns.security())
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(ns.replies(), 1, 1)])
+    finally:
+        await admin.close()
+    result = await asyncio.to_thread(
+        run_cli,
+        admin_ns.env(),
+        "acls",
+        "--agent-pattern",
+        AGENT,
+        "--principal",
+        f"User:{GATEWAY_USER}",
+        "--reply-topic-prefix",
+        f"{ns.prefix}.replies.",
+        "--apply",
+    )
+    assert result.returncode == 0, result.stderr
+
+
+async def change_acl(ns: SecureNamespace, acl: Acl, *, delete: bool) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=ns.bootstrap, **ns.security())
+    await admin.start()
+    try:
+        await apply(admin, [acl], delete=delete)
+    finally:
+        await admin.close()
+
+
+def reply_headers(ns: SecureNamespace, correlation: str) -> list[tuple[str, bytes]]:
+    return [
+        ("agui-reply-to", ns.replies().encode()),
+        ("agui-correlation-id", correlation.encode()),
+    ]
+
+
+def assert_no_secret(ns: SecureNamespace, *texts: str | bytes) -> None:
+    for user in ("agui-gateway", "admin"):
+        secret = ns.password(user)
+        for text in texts:
+            body = text.decode(errors="replace") if isinstance(text, bytes) else text
+            assert secret not in body, f"{user}'s password leaked"
+
+
+@pytest.fixture
+def ns(secure_kafka: tuple[str, Path]) -> SecureNamespace:
+    return SecureNamespace(*secure_kafka)
+
+
+async def test_gateway_with_exactly_its_acls_forwards_rejects_replies_and_restores(
+    ns: SecureNamespace, tmp_path: Path
+) -> None:
+    await setup_agent(ns)
+    sec = ns.security()
+    first = await GatewayProcess(ns, tmp_path, name="first").start()
+    thread = "t-1"
+    try:
+        await produce(
+            ns.bootstrap,
+            ns.events(AGENT),
+            [(thread, started(thread, "run-1")), (thread, interrupted(thread, "run-1", "pick"))],
+            **sec,
+        )
+        # uncovered: no entry for "pick" (a rejection), then the covering answer (a forward)
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, resume(thread, "run-2"))],
+            headers=reply_headers(ns, "c-bad"),
+            **sec,
+        )
+        good = resume(thread, "run-2", {"interruptId": "pick", "status": "resolved", "payload": 1})
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, good)],
+            headers=reply_headers(ns, "c-good"),
+            **sec,
+        )
+        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, **sec)
+        assert values(forwarded) == [good]
+        rejected = values(await collect(ns.bootstrap, ns.rejections, count=1, **sec))
+        assert [r["code"] for r in rejected[0]["reasons"]] == ["uncovered_interrupt"]
+        replies = await collect(ns.bootstrap, ns.replies(), count=2, **sec)
+        verdicts = {
+            header(r, "agui-correlation-id"): v["verdict"]
+            for r, v in zip(replies, values(replies), strict=True)
+        }
+        assert verdicts == {"c-bad": "reject", "c-good": "forward"}
+        _, ready_body = first.http("/readyz")
+    finally:
+        assert await first.stop() == 0
+    second = await GatewayProcess(ns, tmp_path, name="second").start()
+    try:
+        # Another answer to the same interrupt: only a restored changelog knows it was answered.
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, resume(thread, "run-3", {"interruptId": "pick", "status": "cancelled"}))],
+            headers=reply_headers(ns, "c-again"),
+            **sec,
+        )
+        rejected = values(await collect(ns.bootstrap, ns.rejections, count=2, **sec))
+        assert [r["code"] for r in rejected[1]["reasons"]] == ["already_resumed"]
+        readies = [
+            json.loads(line)
+            for line in second.log_path.read_text().splitlines()
+            if '"pair ready"' in line
+        ]
+        assert readies and readies[0]["restored"] is True and readies[0]["threads"] == 1
+        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, settle=1.0, **sec)
+        assert len(forwarded) == 1
+    finally:
+        assert await second.stop() == 0
+    assert_no_secret(ns, first.log_path.read_bytes(), second.log_path.read_bytes(), ready_body)
+
+
+async def test_missing_write_on_run_requests_is_reported_and_the_request_decided_once_granted(
+    ns: SecureNamespace, tmp_path: Path
+) -> None:
+    await setup_agent(ns)
+    sec = ns.security()
+    write_run_requests = Acl(
+        "topic", ns.run_requests(AGENT), "literal", "Write", f"User:{GATEWAY_USER}"
+    )
+    await change_acl(ns, write_run_requests, delete=True)
+    gateway = await GatewayProcess(ns, tmp_path).start()
+    thread = "t-1"
+    try:
+        await produce(
+            ns.bootstrap,
+            ns.events(AGENT),
+            [(thread, started(thread, "run-1")), (thread, interrupted(thread, "run-1", "pick"))],
+            **sec,
+        )
+        good = resume(thread, "run-2", {"interruptId": "pick", "status": "resolved", "payload": 1})
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, good)],
+            headers=reply_headers(ns, "c-1"),
+            **sec,
+        )
+        expected = f"Write on topic {ns.run_requests(AGENT)}"
+        deadline = time.monotonic() + 60
+        status, body = gateway.http("/readyz")
+        while json.loads(body).get("denied", {}).get(f"{AGENT}/0") != expected:
+            assert time.monotonic() < deadline, (status, body, gateway.log_tail())
+            await asyncio.sleep(0.3)
+            status, body = gateway.http("/readyz")
+        assert status == 503
+        metric = (
+            f'agui_gateway_permission_denied{{agent="{AGENT}",operation="Write",'
+            f'resource="topic {ns.run_requests(AGENT)}"}} 1.0'
+        )
+        assert metric in gateway.metrics()
+        assert f"permission denied: {expected}" in gateway.log_path.read_text()
+        # Not decided half-way: no forward, no rejection, no reply while the ACL is missing.
+        for topic in (ns.run_requests(AGENT), ns.rejections, ns.replies()):
+            assert await collect(ns.bootstrap, topic, timeout=2, **sec) == []
+
+        await change_acl(ns, write_run_requests, delete=False)
+        forwarded = await collect(
+            ns.bootstrap, ns.run_requests(AGENT), count=1, timeout=90, settle=3.0, **sec
+        )
+        assert values(forwarded) == [good]
+        replies = await collect(ns.bootstrap, ns.replies(), count=1, settle=1.0, **sec)
+        assert [v["verdict"] for v in values(replies)] == ["forward"]
+        assert await collect(ns.bootstrap, ns.rejections, timeout=2, **sec) == []
+        await gateway.wait_ready(30)
+        status, ready_body = gateway.http("/readyz")
+        assert json.loads(ready_body)["denied"] == {}
+        assert "agui_gateway_permission_denied{" not in gateway.metrics()
+    finally:
+        assert await gateway.stop() == 0
+    assert_no_secret(ns, gateway.log_path.read_bytes(), body, ready_body)
+
+
+@pytest.mark.parametrize(
+    ("side", "operation"), [("changelog", "DescribeConfigs"), ("requests", "Read")]
+)
+async def test_a_missing_acl_found_while_preparing_is_reported_until_granted(
+    ns: SecureNamespace, tmp_path: Path, side: str, operation: str
+) -> None:
+    await setup_agent(ns)
+    topic = ns.changelog(AGENT) if side == "changelog" else ns.requests(AGENT)
+    acl = Acl("topic", topic, "literal", operation, f"User:{GATEWAY_USER}")
+    await change_acl(ns, acl, delete=True)
+    gateway = await GatewayProcess(ns, tmp_path).start(wait=False)
+    try:
+        expected = f"{operation} on topic {topic}"
+        deadline = time.monotonic() + 60
+        status, body = 0, b"{}"
+        while json.loads(body).get("denied", {}).get(f"{AGENT}/0") != expected:
+            assert time.monotonic() < deadline, (status, body, gateway.log_tail())
+            await asyncio.sleep(0.3)
+            with contextlib.suppress(OSError):
+                status, body = gateway.http("/readyz")
+        assert status == 503
+        await change_acl(ns, acl, delete=False)
+        await gateway.wait_ready(90)
+        assert json.loads(gateway.http("/readyz")[1])["denied"] == {}
+        # and it serves the agent: a covering answer is forwarded
+        sec = ns.security()
+        thread = "t-1"
+        await produce(
+            ns.bootstrap,
+            ns.events(AGENT),
+            [(thread, started(thread, "run-1")), (thread, interrupted(thread, "run-1", "pick"))],
+            **sec,
+        )
+        good = resume(thread, "run-2", {"interruptId": "pick", "status": "cancelled"})
+        await produce(ns.bootstrap, ns.requests(AGENT), [(thread, good)], **sec)
+        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, timeout=60, **sec)
+        assert values(forwarded) == [good]
+    finally:
+        assert await gateway.stop() == 0
+    assert_no_secret(ns, gateway.log_path.read_bytes(), body)
+
+
+def other_ca(tmp_path: Path) -> Path:
+    """A CA that signed nothing the broker presents."""
+    key, cert = tmp_path / "other.key", tmp_path / "other.crt"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=someone else", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return cert
+
+
+@pytest.mark.parametrize(
+    ("case", "cause"),
+    [
+        ("wrong_password", "refused user 'agui-gateway' with SCRAM-SHA-512 (wrong user name"),
+        ("untrusted_certificate", "is not trusted"),
+        ("hostname_mismatch", "does not match the host name"),
+    ],
+)
+@pytest.mark.parametrize("command", [["run"], ["topics", "create", "--agent", AGENT]])
+def test_refused_security_is_exit_2_with_one_line_naming_the_cause(
+    ns: SecureNamespace, tmp_path: Path, case: str, cause: str, command: list[str]
+) -> None:
+    overrides: dict[str, Any] = {"http_port": 0}
+    if case == "wrong_password":
+        overrides["sasl_plain_password"] = "not-" + ns.password()
+    elif case == "untrusted_certificate":
+        overrides["ssl_cafile"] = other_ca(tmp_path)
+    else:  # the broker's certificate names 127.0.0.1 only
+        overrides["bootstrap_servers"] = ns.bootstrap.replace("127.0.0.1", "localhost")
+    env = ns.env(**overrides)
+    result = run_cli(env, *command)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert cause in lines[0]
+    assert result.stdout == ""
+    assert_no_secret(ns, result.stderr)
+    assert env["AGUI_GATEWAY_SASL_PLAIN_PASSWORD"] not in result.stderr
+
+
+def test_readme_shows_the_secure_configuration_the_tests_use() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert CONFIG.read_text() in readme
+    assert os.path.relpath(CONFIG, REPO_ROOT) in readme

@@ -1,0 +1,86 @@
+"""Every Kafka client the gateway builds comes from gateway.kafka.clients, with security."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaConnectionError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+
+from gateway.kafka import clients
+from gateway.settings import Settings
+
+GATEWAY = Path(clients.__file__).resolve().parents[1]
+
+
+def secure() -> Settings:
+    return Settings(
+        bootstrap_servers="broker:9094",
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="agui-gateway",
+        sasl_plain_password="s3cret",
+    )
+
+
+def test_no_module_builds_a_kafka_client_but_the_clients_module() -> None:
+    constructor = re.compile(r"\bAIOKafka(Consumer|Producer|AdminClient)\(")
+    offenders = [
+        str(path.relative_to(GATEWAY))
+        for path in GATEWAY.rglob("*.py")
+        if path.name != "clients.py" and constructor.search(path.read_text())
+    ]
+    assert offenders == []
+
+
+async def test_each_client_takes_the_security_settings() -> None:
+    settings = secure()
+    consumer = clients.consumer(settings, "t", group_id="g")
+    producer = clients.producer(settings)
+    admin = clients.admin(settings)
+    try:
+        for client in (consumer._client, producer.client, admin._client):
+            assert client._bootstrap_servers == "broker:9094"
+            assert client._security_protocol == "SASL_SSL"
+            assert client._sasl_mechanism == "SCRAM-SHA-512"
+            assert client._sasl_plain_username == "agui-gateway"
+            assert client._sasl_plain_password == "s3cret"
+            assert client._ssl_context is not None
+    finally:
+        await consumer.stop()
+        await producer.stop()
+        await admin.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            TopicAuthorizationFailedError("agui.a.run-requests"),
+            ("Write", "topic agui.a.run-requests"),
+        ),
+        (TopicAuthorizationFailedError({"b", "a"}), ("Write", "topic a,b")),
+        (TransactionalIdAuthorizationFailed("gw.a.0"), ("Write", "transactional-id gw.a.0")),
+        (GroupAuthorizationFailedError("gw"), ("Read", "group gw")),
+        (ClusterAuthorizationFailedError(), ("IdempotentWrite", "cluster")),
+        (KafkaConnectionError("down"), None),
+    ],
+)
+def test_a_refusal_names_the_missing_operation_and_resource(error, expected) -> None:
+    assert clients.describe_denial(error) == expected
+
+
+def test_a_consumer_refusal_names_read() -> None:
+    found = clients.describe_denial(TopicAuthorizationFailedError("x"), "Read")
+    assert found == ("Read", "topic x")
+
+
+async def test_preflight_does_nothing_on_plaintext() -> None:
+    await clients.preflight(Settings(bootstrap_servers="127.0.0.1:1"))
