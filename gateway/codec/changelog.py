@@ -24,7 +24,7 @@ from gateway.codec import jsonio
 from gateway.core.state import ThreadState, from_dict, to_dict
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
-CURRENT_VERSION = 1
+CURRENT_VERSION = 2
 
 
 class ChangelogFormatError(ValueError):

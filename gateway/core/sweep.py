@@ -13,7 +13,7 @@ def answered_ids(state: ThreadState) -> set[str]:
     return {
         i
         for f in state.forwards
-        if not f.settled and f.answered_run_id == state.run_id
+        if not f.settled and f.answered_run_id == state.interrupts_run_id
         for i in f.interrupt_ids
     }
 
@@ -22,9 +22,10 @@ def expire_due(state: ThreadState, now_ms: int) -> tuple[ThreadState, tuple[Inte
     """Mark open, unanswered interrupts whose `expiresAt` has passed as announced.
 
     Returns the new state and the interrupts that expired since the last call
-    (each is returned once: the state remembers it was announced).
+    (each is returned once: the state remembers it was announced). Interrupts held
+    while a continuation runs are not announced: that run may be answering them.
     """
-    if not state.interrupts:
+    if not state.has_open_interrupts:
         return state, ()
     answered = answered_ids(state)
     due = [
@@ -45,6 +46,8 @@ def expire_due(state: ThreadState, now_ms: int) -> tuple[ThreadState, tuple[Inte
 
 def next_expiry_ms(state: ThreadState) -> int | None:
     """The earliest readable `expiresAt` among open, unannounced interrupts."""
+    if not state.has_open_interrupts:
+        return None
     times = [
         expiry.expires_at_ms(i.expires_at)
         for i in state.interrupts

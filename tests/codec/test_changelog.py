@@ -40,6 +40,8 @@ def full_state() -> ThreadState:
         suspended=(SuspendedSubagent("sub-1", ("a",)),),
         forwards=(ForwardRecord("r2", "ff00", "r1", ("a", "b"), settled=True),),
         updated_ms=42,
+        interrupts_run_id="r0",  # a continuation r1 failed: r0's interrupts stay open
+        interrupts_closed_at_ms=1_600_000_000_000,
     )
 
 
