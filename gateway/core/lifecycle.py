@@ -152,7 +152,8 @@ def _model(step: _Step, model: type[BaseModel], event: dict[str, Any]) -> BaseMo
         where = error_pointer(event, first)
         step.violation(
             Rule.MALFORMED_EVENT,
-            f"{preview(event.get('type'))} has a malformed known field at {where or '/'}: "
+            f"{preview(event.get('type'))} has a malformed known field at "
+            f"{preview(where or '/', 200)[1:-1]}: "
             f"{preview(first['msg'], 200)[1:-1]}",
             path=where,
         )

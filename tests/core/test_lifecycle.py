@@ -791,3 +791,70 @@ def test_run_started_after_a_stray_first_event_names_the_run_once_flagged():
     assert (state.status, state.run_id) == (RunStatus.INTERRUPTED, RUN_1)
     assert violations(outcomes) == [str(Rule.FIRST_EVENT)]
     assert "TEXT_MESSAGE_START" in outcomes[0].warnings[0].detail
+
+
+# --- G: no finding's text may raise, nothing reaches stderr ----------------------------------
+
+
+def deep(depth: int, kind: type = list, leaf: object = "x") -> object:
+    value = leaf
+    for _ in range(depth):
+        value = [value] if kind is list else {"type": value}
+    return value
+
+
+def test_a_nested_run_started_with_a_deeply_nested_run_id_is_flagged_not_raised():
+    """Issue reproduction: formatting runId into the warning raised RecursionError."""
+    state, outcomes = replay([run_started(), run_started(deep(1_000))])
+    assert state is not None and state.run_id == RUN_1
+    [warning] = outcomes[-1].warnings
+    assert warning.rule == str(Rule.NESTED_RUN_STARTED)
+    assert len(warning.detail) < 400 and "[[[[" in warning.detail
+
+
+@pytest.mark.parametrize("kind", [list, dict])
+@pytest.mark.parametrize(
+    "event",
+    [
+        lambda tag: run_finished(outcome={"type": tag}),
+        lambda tag: run_finished(outcome={"type": tag, "interrupts": [interrupt()]}),
+        lambda tag: subagent_finished("sub-1", {"type": tag}),
+    ],
+    ids=["run_finished", "run_finished_with_interrupts", "subagent_finished"],
+)
+def test_an_outcome_type_nested_1000_deep_is_malformed_and_nothing_reaches_stderr(
+    event, kind, capfd
+):
+    """Issue reproduction: pydantic-core printed `Exception ignored ... RecursionError`."""
+    capfd.readouterr()
+    state, outcomes = replay([run_started(), subagent_started("sub-1"), event(deep(1_000, kind))])
+    assert capfd.readouterr() == ("", "")
+    assert violations(outcomes) == [str(Rule.MALFORMED_EVENT)]
+    assert outcomes[-1].warnings[0].path == "/outcome/type"
+    assert len(outcomes[-1].warnings[0].detail) < 400
+    assert_well_defined(state)
+
+
+@pytest.mark.parametrize(
+    "member",
+    ["threadId", "runId", "message", "code", "subagentRunId", "name", "outcome", "extra"],
+)
+@pytest.mark.parametrize(
+    "event_type",
+    ["RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "SUBAGENT_STARTED", "SUBAGENT_FINISHED"],
+)
+def test_a_member_nested_1000_deep_in_any_lifecycle_event_raises_nothing(event_type, member, capfd):
+    base = {
+        "RUN_STARTED": run_started(RUN_2),
+        "RUN_FINISHED": run_finished(),
+        "RUN_ERROR": run_error(),
+        "SUBAGENT_STARTED": subagent_started("sub-2"),
+        "SUBAGENT_FINISHED": subagent_finished("sub-1"),
+    }[event_type]
+    capfd.readouterr()
+    for kind in (list, dict):
+        event = {**base, member: deep(1_000, kind)}
+        state, outcomes = replay([run_started(), subagent_started("sub-1"), event])
+        assert_well_defined(state)
+        assert all(len(w.detail) < 1_000 for o in outcomes for w in o.warnings)
+    assert capfd.readouterr() == ("", "")
