@@ -186,6 +186,7 @@ def _check_thread(step: _Step, model: RunStartedEvent | RunFinishedEvent) -> Non
 def _start(step: _Step) -> None:
     # The interrupts open before this run are held, not dropped: the run is their
     # continuation, and only its RUN_FINISHED replaces them (NOTES.md reading 1).
+    held = step.state.interrupts or step.state.held_interrupts
     model = _model(step, RunStartedEvent, step.event)
     run_id = step.event.get("runId")
     if model is not None:
@@ -196,6 +197,8 @@ def _start(step: _Step) -> None:
         status=RunStatus.ACTIVE,
         run_id=_run_id(step, run_id, "/runId") if isinstance(run_id, str) else None,
         outcome=None,
+        interrupts=(),
+        held_interrupts=held,
         closed_at_ms=None,
         failed_late=False,
         open_subagents=(),
@@ -316,6 +319,7 @@ def _finish(step: _Step) -> None:
         run_id=run_id,
         outcome=kind,
         interrupts=interrupts,
+        held_interrupts=(),
         interrupts_run_id=run_id if interrupts else None,
         interrupts_closed_at_ms=step.at_ms if interrupts else None,
         closed_at_ms=step.at_ms,
@@ -451,14 +455,17 @@ def _close_failed(step: _Step) -> None:
     # A run that fails before closing answered nothing: the interrupts it was
     # continuing (held since its RUN_STARTED) are open again, and the forwards that
     # answered them are forgotten, so a retry is judged afresh (NOTES.md reading 1).
+    reopened = step.state.held_interrupts or step.state.interrupts
     step.set(
         Change.FAILED,
         status=RunStatus.FAILED,
         outcome=None,
+        interrupts=reopened,
+        held_interrupts=(),
         closed_at_ms=step.at_ms,
         failed_late=False,
         open_subagents=(),
-        forwards=_reopened(step.state),
+        forwards=_reopened(step.state, bool(reopened)),
     )
 
 
@@ -488,7 +495,7 @@ def _error_after_failure(step: _Step) -> None:
     # never started. It names no run and so replaces nothing; it does settle
     # forwards, since the agent answered them with a failure.
     _model(step, RunErrorEvent, step.event)
-    forwards = _reopened(step.state)
+    forwards = _reopened(step.state, step.state.has_open_interrupts)
     if forwards != step.state.forwards:
         step.set(Change.NONE, forwards=forwards)
 
@@ -622,12 +629,12 @@ def _settled(state: ThreadState) -> tuple[ForwardRecord, ...]:
     return tuple(replace(f, settled=True) for f in state.forwards)
 
 
-def _reopened(state: ThreadState) -> tuple[ForwardRecord, ...]:
-    """Forwards after a failure that answered nothing: settled, and those that
-    answered the (still) open interrupts forgotten, so that neither
-    `already_resumed` nor `duplicate` holds a retry of them back."""
+def _reopened(state: ThreadState, reopened: bool) -> tuple[ForwardRecord, ...]:
+    """Forwards after a failure that answered nothing: settled, and (when
+    interrupts are open again) those that answered them forgotten, so that
+    neither `already_resumed` nor `duplicate` holds a retry of them back."""
     forwards = _settled(state)
-    if not state.interrupts:
+    if not reopened:
         return forwards
     kept = tuple(f for f in forwards if f.answered_run_id != state.interrupts_run_id)
     return forwards if len(kept) == len(forwards) else kept

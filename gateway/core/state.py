@@ -107,8 +107,8 @@ class ThreadState:
     run_id: str | None = None
     outcome: str | None = None  # success | interrupt | cancelled, for closed runs
     # The open interrupts: those of the run being continued. While a continuation
-    # is active they are held (not judged); RUN_FINISHED replaces them, a failure
-    # before closing leaves them open again.
+    # is active they move to `held_interrupts` (not judged, not announced);
+    # RUN_FINISHED replaces them, a failure before closing opens them again.
     interrupts: tuple[InterruptRecord, ...] = ()
     closed_at_ms: int | None = None
     failed_late: bool = False  # a RUN_ERROR arrived after RUN_FINISHED
@@ -116,8 +116,9 @@ class ThreadState:
     suspended: tuple[SuspendedSubagent, ...] = ()
     forwards: tuple[ForwardRecord, ...] = field(default=())
     updated_ms: int = 0
-    interrupts_run_id: str | None = None  # the run that raised `interrupts`
+    interrupts_run_id: str | None = None  # the run that raised the open or held interrupts
     interrupts_closed_at_ms: int | None = None  # when that run closed
+    held_interrupts: tuple[InterruptRecord, ...] = ()  # continued by the active run
 
     @property
     def is_closed(self) -> bool:
@@ -125,8 +126,7 @@ class ThreadState:
 
     @property
     def has_open_interrupts(self) -> bool:
-        """Interrupts a new input must cover (none while a continuation is active)."""
-        return bool(self.interrupts) and self.status is not RunStatus.ACTIVE
+        return bool(self.interrupts)
 
 
 def to_dict(state: ThreadState) -> dict[str, Any]:
@@ -136,20 +136,7 @@ def to_dict(state: ThreadState) -> dict[str, Any]:
         "status": str(state.status),
         "run_id": state.run_id,
         "outcome": state.outcome,
-        "interrupts": [
-            {
-                "id": i.id,
-                "reason": i.reason,
-                "message": i.message,
-                "tool_call_id": i.tool_call_id,
-                "response_schema": i.response_schema,
-                "expires_at": i.expires_at,
-                "metadata": i.metadata,
-                "subagent_run_id": i.subagent_run_id,
-                "expiry_announced": i.expiry_announced,
-            }
-            for i in state.interrupts
-        ],
+        "interrupts": [_interrupt_dict(i) for i in state.interrupts],
         "closed_at_ms": state.closed_at_ms,
         "failed_late": state.failed_late,
         "open_subagents": list(state.open_subagents),
@@ -170,7 +157,36 @@ def to_dict(state: ThreadState) -> dict[str, Any]:
         "updated_ms": state.updated_ms,
         "interrupts_run_id": state.interrupts_run_id,
         "interrupts_closed_at_ms": state.interrupts_closed_at_ms,
+        "held_interrupts": [_interrupt_dict(i) for i in state.held_interrupts],
     }
+
+
+def _interrupt_dict(i: InterruptRecord) -> dict[str, Any]:
+    return {
+        "id": i.id,
+        "reason": i.reason,
+        "message": i.message,
+        "tool_call_id": i.tool_call_id,
+        "response_schema": i.response_schema,
+        "expires_at": i.expires_at,
+        "metadata": i.metadata,
+        "subagent_run_id": i.subagent_run_id,
+        "expiry_announced": i.expiry_announced,
+    }
+
+
+def _interrupt_record(i: dict[str, Any]) -> InterruptRecord:
+    return InterruptRecord(
+        id=i["id"],
+        reason=i["reason"],
+        message=i.get("message"),
+        tool_call_id=i.get("tool_call_id"),
+        response_schema=i.get("response_schema"),
+        expires_at=i.get("expires_at"),
+        metadata=i.get("metadata"),
+        subagent_run_id=i.get("subagent_run_id"),
+        expiry_announced=bool(i.get("expiry_announced", False)),
+    )
 
 
 def from_dict(data: dict[str, Any]) -> ThreadState:
@@ -189,20 +205,7 @@ def from_dict(data: dict[str, Any]) -> ThreadState:
         status=RunStatus(data["status"]),
         run_id=data.get("run_id"),
         outcome=data.get("outcome"),
-        interrupts=tuple(
-            InterruptRecord(
-                id=i["id"],
-                reason=i["reason"],
-                message=i.get("message"),
-                tool_call_id=i.get("tool_call_id"),
-                response_schema=i.get("response_schema"),
-                expires_at=i.get("expires_at"),
-                metadata=i.get("metadata"),
-                subagent_run_id=i.get("subagent_run_id"),
-                expiry_announced=bool(i.get("expiry_announced", False)),
-            )
-            for i in data.get("interrupts") or ()
-        ),
+        interrupts=tuple(_interrupt_record(i) for i in data.get("interrupts") or ()),
         closed_at_ms=data.get("closed_at_ms"),
         failed_late=bool(data.get("failed_late", False)),
         open_subagents=tuple(data.get("open_subagents") or ()),
@@ -223,4 +226,5 @@ def from_dict(data: dict[str, Any]) -> ThreadState:
         updated_ms=int(data.get("updated_ms") or 0),
         interrupts_run_id=interrupts_run_id,
         interrupts_closed_at_ms=interrupts_closed_at_ms,
+        held_interrupts=tuple(_interrupt_record(i) for i in data.get("held_interrupts") or ()),
     )

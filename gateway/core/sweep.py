@@ -23,9 +23,9 @@ def expire_due(state: ThreadState, now_ms: int) -> tuple[ThreadState, tuple[Inte
 
     Returns the new state and the interrupts that expired since the last call
     (each is returned once: the state remembers it was announced). Interrupts held
-    while a continuation runs are not announced: that run may be answering them.
+    while a continuation runs are not open, so not announced.
     """
-    if not state.has_open_interrupts:
+    if not state.interrupts:
         return state, ()
     answered = answered_ids(state)
     due = [
@@ -46,8 +46,6 @@ def expire_due(state: ThreadState, now_ms: int) -> tuple[ThreadState, tuple[Inte
 
 def next_expiry_ms(state: ThreadState) -> int | None:
     """The earliest readable `expiresAt` among open, unannounced interrupts."""
-    if not state.has_open_interrupts:
-        return None
     times = [
         expiry.expires_at_ms(i.expires_at)
         for i in state.interrupts

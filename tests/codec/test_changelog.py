@@ -45,6 +45,7 @@ def full_state() -> ThreadState:
         updated_ms=42,
         interrupts_run_id="r0",  # a continuation r1 failed: r0's interrupts stay open
         interrupts_closed_at_ms=1_600_000_000_000,
+        held_interrupts=(InterruptRecord("h", "tool_call", metadata={"m": 1}),),
     )
 
 
@@ -94,7 +95,7 @@ def test_schema_file_is_valid_json_and_versioned(version):
 def v1_value(state: ThreadState) -> bytes:
     """`state` as a gateway writing format version 1 wrote it."""
     record = changelog.to_dict(state)
-    del record["interrupts_run_id"], record["interrupts_closed_at_ms"]
+    del record["interrupts_run_id"], record["interrupts_closed_at_ms"], record["held_interrupts"]
     for item in record["interrupts"]:
         item["response_schema_json"] = changelog._json_or_none(item.pop("response_schema"))
         item["metadata_json"] = changelog._json_or_none(item.pop("metadata"))
@@ -106,7 +107,9 @@ def v1_value(state: ThreadState) -> bytes:
 
 def test_a_version_1_state_with_open_interrupts_restores_them_as_its_latest_runs():
     """v1 had no interrupts_run_id: its open interrupts were always its latest run's."""
-    v1 = replace(full_state(), interrupts_run_id=None, interrupts_closed_at_ms=None)
+    v1 = replace(
+        full_state(), interrupts_run_id=None, interrupts_closed_at_ms=None, held_interrupts=()
+    )
     restored = changelog.decode(v1_value(v1))
     assert restored == replace(
         v1, interrupts_run_id="r1", interrupts_closed_at_ms=1_700_000_000_000
@@ -119,7 +122,11 @@ def test_a_version_1_state_with_open_interrupts_restores_them_as_its_latest_runs
 
 def test_every_version_restores_a_state_without_open_interrupts():
     state = replace(
-        full_state(), interrupts=(), interrupts_run_id=None, interrupts_closed_at_ms=None
+        full_state(),
+        interrupts=(),
+        interrupts_run_id=None,
+        interrupts_closed_at_ms=None,
+        held_interrupts=(),
     )
     assert changelog.decode(v1_value(state)) == state
     assert changelog.decode(changelog.encode(state)) == state
@@ -237,7 +244,7 @@ def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
             }
         )
     assert state is not None and state.status is RunStatus.ACTIVE
-    assert len(state.interrupts) == MAX_INTERRUPTS_PER_RUN  # held by the continuation
+    assert len(state.held_interrupts) == MAX_INTERRUPTS_PER_RUN  # held by the continuation
     assert len(state.open_subagents) == MAX_OPEN_SUBAGENTS
     assert len(state.suspended) == MAX_SUSPENDED
     assert {len(s.interrupt_ids) for s in state.suspended} == {MAX_IDS_PER_SUSPENSION}

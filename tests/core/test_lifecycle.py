@@ -51,8 +51,10 @@ def assert_well_defined(state: ThreadState | None) -> None:
     assert state is not None
     assert isinstance(state.status, RunStatus)
     if state.interrupts:
-        # open (interrupted or failed), or held while a continuation runs
-        assert state.status in (RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.ACTIVE)
+        assert state.status in (RunStatus.INTERRUPTED, RunStatus.FAILED)
+    if state.held_interrupts:  # held while a continuation runs
+        assert state.status is RunStatus.ACTIVE and not state.interrupts
+    if state.interrupts or state.held_interrupts:
         assert state.interrupts_run_id is not None
     if state.status is RunStatus.ACTIVE:
         assert state.closed_at_ms is None
@@ -166,7 +168,8 @@ def test_a_continuation_holds_the_interrupts_it_continues_until_it_closes():
     state = state_of(*interrupted(interrupt("int-1")), run_started(RUN_2))
     assert state.status is RunStatus.ACTIVE
     assert state.run_id == RUN_2
-    assert [i.id for i in state.interrupts] == ["int-1"]  # held, not open
+    assert state.interrupts == ()  # held, not open
+    assert [i.id for i in state.held_interrupts] == ["int-1"]
     assert not state.has_open_interrupts
     assert state.interrupts_run_id == RUN_1
     assert_well_defined(state)
@@ -299,7 +302,7 @@ def test_a_further_run_error_after_a_late_one_drops_no_interrupt():
 def test_a_new_run_after_a_late_run_error_clears_the_failure():
     state = state_of(*interrupted(interrupt("int-1")), run_error(), run_started(RUN_2))
     assert (state.status, state.failed_late) == (RunStatus.ACTIVE, False)
-    assert [i.id for i in state.interrupts] == ["int-1"]  # held by the continuation
+    assert [i.id for i in state.held_interrupts] == ["int-1"]  # held by the continuation
 
 
 # --- NOTES.md "Runs on a stream": unknown outcome, malformed RUN_FINISHED --------------------
