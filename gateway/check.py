@@ -107,11 +107,34 @@ def main(events_path: str, input_path: str, now: str | None, strict: bool) -> in
     except CheckInputError as exc:
         print(f"agui-gateway check: {exc}", file=sys.stderr)
         return 2
-    result = run_check(events, raw_input, now_ms, Policy(strict=strict))
+    # The contract holds for every input: one JSON object on stdout, or exit 2 with
+    # one line on stderr. A failure while judging is a defect of the gateway; it is
+    # reported so rather than as a traceback, and an exception a library could only
+    # print ("Exception ignored ...") is counted instead of reaching stderr.
+    ignored: list[str] = []
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: ignored.append(type(unraisable.exc_value).__name__)
     try:
-        body = orjson.dumps(result.document, option=orjson.OPT_INDENT_2)
-    except orjson.JSONEncodeError:  # big integers or deep nesting: compact, but exact
-        body = jsonio.dumps(result.document)
+        result = run_check(events, raw_input, now_ms, Policy(strict=strict))
+        try:
+            body = orjson.dumps(result.document, option=orjson.OPT_INDENT_2)
+        except orjson.JSONEncodeError:  # big integers or deep nesting: compact, but exact
+            body = jsonio.dumps(result.document)
+    except Exception as exc:  # noqa: BLE001 - the one-line contract, whatever failed
+        print(f"agui-gateway check: {_failure(exc)}", file=sys.stderr)
+        return 2
+    finally:
+        sys.unraisablehook = previous_hook
     sys.stdout.buffer.write(body + b"\n")
     sys.stdout.flush()
     return 0 if result.verdict is Verdict.FORWARD else 1
+
+
+def _failure(exc: BaseException) -> str:
+    """One line naming a failure of the gateway itself, never a traceback."""
+    try:
+        text = " ".join(str(exc)[:200].split())
+    except Exception:  # noqa: BLE001 - an exception whose text cannot be made
+        text = ""
+    name = type(exc).__name__
+    return f"the gateway failed while judging: {name}{': ' + text if text else ''} (a defect)"

@@ -290,3 +290,110 @@ def test_the_module_entry_point_is_the_same_command(files):
     )
     assert via_module.returncode == 0, via_module.stderr
     assert json.loads(via_module.stdout) == document(run(*args))
+
+
+# --- the contract for every input: one JSON object on stdout, or exit 2 and one line ---------
+# In process (gateway.check.main), so that stderr is the check's own, nothing else's.
+
+
+def deep_text(depth: int, leaf: str = '"x"') -> str:
+    return "[" * depth + leaf + "]" * depth
+
+
+def run_main(tmp_path: Path, events: list[str], raw: str, capfd) -> tuple[int, str, str]:
+    from gateway import check as check_module
+
+    events_path = tmp_path / "events.jsonl"
+    events_path.write_text("\n".join(events) + "\n")
+    input_path = tmp_path / "input.json"
+    input_path.write_text(raw)
+    capfd.readouterr()
+    status = check_module.main(str(events_path), str(input_path), NOW, False)
+    out, err = capfd.readouterr()
+    return status, out, err
+
+
+def holds_the_contract(status: int, out: str, err: str) -> None:
+    if status == 2:
+        assert out == "" and err.count("\n") == 1 and err.startswith("agui-gateway check: ")
+    else:
+        assert status in (0, 1) and err == ""
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(10_000)  # the standard parser recurses per level
+        try:
+            parsed = json.loads(out)  # the whole of stdout is one JSON document
+        finally:
+            sys.setrecursionlimit(limit)
+        assert isinstance(parsed, dict) and parsed["verdict"] in ("forward", "reject")
+
+
+DEEP = deep_text(1_000)
+STARTED = json.dumps({"type": "RUN_STARTED", "threadId": THREAD, "runId": "run-1"})
+PLAIN_INPUT = json.dumps({"threadId": THREAD, "runId": "run-2", "messages": []})
+
+
+def test_a_nested_run_started_with_a_run_id_nested_1000_deep(tmp_path, capfd):
+    """Issue reproduction: a traceback and exit 1 with nothing on stdout."""
+    nested = f'{{"type": "RUN_STARTED", "threadId": "{THREAD}", "runId": {deep_text(1_000)}}}'
+    status, out, err = run_main(tmp_path, [STARTED, nested], PLAIN_INPUT, capfd)
+    holds_the_contract(status, out, err)
+    assert status == 1  # the run is still active
+    [warning] = json.loads(out)["warnings"]
+    assert warning["rule"] == "nested_run_started" and len(warning["detail"]) < 400
+
+
+@pytest.mark.parametrize("event_type", ["RUN_FINISHED", "SUBAGENT_FINISHED"])
+def test_an_outcome_type_nested_1000_deep_prints_nothing_on_stderr(tmp_path, capfd, event_type):
+    finished = (
+        json.dumps(
+            {"type": event_type, "threadId": THREAD, "runId": "run-1", "subagentRunId": "s"}
+        )[:-1]
+        + f', "outcome": {{"type": {deep_text(1_000)}}}}}'
+    )
+    status, out, err = run_main(tmp_path, [STARTED, finished], PLAIN_INPUT, capfd)
+    holds_the_contract(status, out, err)
+    rules = [w.get("rule") for w in json.loads(out)["warnings"]]
+    assert "malformed_event" in rules
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # a message role, a content part type nested 1,000 deep
+        PLAIN_INPUT[:-15] + f'"messages": [{{"id": "m", "role": {DEEP}, "content": "x"}}]}}',
+        PLAIN_INPUT[:-15]
+        + f'"messages": [{{"id": "m", "role": "user", "content": [{{"type": {DEEP}}}]}}]}}',
+        # a payload nested 1,000 deep, an input nested 1,024 deep
+        PLAIN_INPUT[:-1]
+        + f', "resume": [{{"interruptId": "a", "status": "resolved", "payload": {DEEP}}}]}}',
+        deep_text(1_023, PLAIN_INPUT),
+    ],
+    ids=["role", "content_type", "payload", "input_1024"],
+)
+def test_deeply_nested_inputs_hold_the_contract(tmp_path, capfd, raw):
+    interrupted = json.dumps(
+        {
+            "type": "RUN_FINISHED",
+            "threadId": THREAD,
+            "runId": "run-1",
+            "outcome": {"type": "interrupt", "interrupts": [{"id": "a", "reason": "x"}]},
+        }
+    )
+    status, out, err = run_main(tmp_path, [STARTED, interrupted], raw, capfd)
+    holds_the_contract(status, out, err)
+
+
+def test_a_failure_of_the_gateway_itself_is_exit_2_with_one_line(tmp_path, capfd, monkeypatch):
+    """No known input fails the judge any more; this stands in for the next defect."""
+    from gateway import check as check_module
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded\nwhile judging")
+
+    monkeypatch.setattr(check_module, "judge", broken)
+    status, out, err = run_main(tmp_path, [STARTED], PLAIN_INPUT, capfd)
+    assert status == 2 and out == ""
+    assert err == (
+        "agui-gateway check: the gateway failed while judging: RecursionError: maximum "
+        "recursion depth exceeded while judging (a defect)\n"
+    )

@@ -26,7 +26,7 @@ from gateway.codec import jsonio
 from gateway.core.state import ThreadState, from_dict, to_dict
 
 SCHEMA_PACKAGE = "gateway.schemas"
-CURRENT_VERSION = 1
+CURRENT_VERSION = 2
 
 
 class ChangelogFormatError(ValueError):
@@ -57,7 +57,7 @@ def _json_value(text: str | None) -> Any:
 
 def encode(state: ThreadState) -> bytes:
     record = to_dict(state)
-    for item in record["interrupts"]:
+    for item in (*record["interrupts"], *record["held_interrupts"]):
         item["response_schema_json"] = _json_or_none(item.pop("response_schema"))
         item["metadata_json"] = _json_or_none(item.pop("metadata"))
     out = io.BytesIO()
@@ -76,7 +76,7 @@ def decode(value: bytes) -> ThreadState:
         raise ChangelogFormatError(f"undecodable changelog value: {exc}") from None
     if not isinstance(record, dict):
         raise ChangelogFormatError("changelog value is not a record")
-    for item in record["interrupts"]:
+    for item in (*record["interrupts"], *record["held_interrupts"]):
         raw_schema = item.pop("response_schema_json", None)
         raw_meta = item.pop("metadata_json", None)
         item["response_schema"] = _json_value(raw_schema)

@@ -64,3 +64,11 @@ class Rule(StrEnum):
     SUBAGENT_NOT_STARTED = "subagent_not_started"
     SUBAGENT_ALREADY_STARTED = "subagent_already_started"
     MISSING_KEY = "missing_key"
+    # Bounds on what one thread accumulates (README, "Limits"): state that could not
+    # be written to the changelog is never kept, so every verdict survives a restart.
+    ID_TOO_LONG = "id_too_long"
+    TOO_MANY_INTERRUPTS = "too_many_interrupts"
+    INTERRUPT_CONTENT_TOO_LARGE = "interrupt_content_too_large"
+    TOO_MANY_SUBAGENTS = "too_many_subagents"
+    TOO_MANY_SUSPENDED = "too_many_suspended"
+    SUSPENSION_TOO_LARGE = "suspension_too_large"

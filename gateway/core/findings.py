@@ -36,3 +36,70 @@ class Finding:
 def pointer(*parts: str | int) -> str:
     """A JSON Pointer (RFC 6901) from path segments."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+PREVIEW_CHARS = 80
+
+
+def preview(value: object, limit: int = PREVIEW_CHARS) -> str:
+    """A short, JSON-like rendering of any decoded value, for a finding's text.
+
+    Never raises and never recurses: the value is walked with an explicit stack
+    and the walk stops once `limit` characters are written, so a 1 MB string or
+    an array nested 1,000 deep costs no more than a short one. Strings are quoted
+    with `repr`; anything past the limit becomes `...`.
+    """
+    out: list[str] = []
+    size = 0
+    stack: list[object] = [value]
+    while stack and size <= limit:
+        item = stack.pop()
+        if isinstance(item, _Text):
+            text = str(item)
+        elif isinstance(item, str):
+            text = repr(item[: limit + 1])
+            if len(item) > limit:
+                text = text[:-1] + "..." + text[-1]
+        elif isinstance(item, dict):
+            parts: list[object] = [_Text("{")]
+            for n, (key, member) in enumerate(item.items()):
+                if n * 2 > limit:
+                    parts.append(_Text(", ..."))
+                    break
+                parts += [_Text(", " if n else ""), key, _Text(": "), member]
+            stack.extend(reversed([*parts, _Text("}")]))
+            continue
+        elif isinstance(item, list | tuple):
+            parts = [_Text("[")]
+            for n, element in enumerate(item):
+                if n * 2 > limit:
+                    parts.append(_Text(", ..."))
+                    break
+                parts += [_Text(", " if n else ""), element]
+            stack.extend(reversed([*parts, _Text("]")]))
+            continue
+        elif item is None or isinstance(item, bool):
+            text = {None: "null", True: "true", False: "false"}[item]
+        elif isinstance(item, int | float):
+            text = _number(item, limit)
+        else:
+            text = f"<{type(item).__name__}>"
+        out.append(text)
+        size += len(text)
+    rendered = "".join(out)
+    if stack or len(rendered) > limit:
+        return rendered[:limit] + "..."
+    return rendered
+
+
+class _Text(str):
+    """Literal text on the preview's stack, told apart from string values."""
+
+
+def _number(value: int | float, limit: int) -> str:
+    if isinstance(value, int) and value.bit_length() > 4 * limit:
+        return f"<integer of about {int(value.bit_length() * 0.30103)} digits>"
+    try:
+        return str(value)
+    except ValueError:  # an int beyond the interpreter's digit limit
+        return "<integer>"

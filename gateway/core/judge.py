@@ -19,7 +19,14 @@ from gateway.core.decision import Answer, Decision, Policy
 from gateway.core.findings import Finding, pointer
 from gateway.core.jsontext import to_json
 from gateway.core.shape import Path, read_input, remove_paths
-from gateway.core.state import FORWARDS_KEPT, ForwardRecord, InterruptRecord, RunStatus, ThreadState
+from gateway.core.state import (
+    FORWARDS_KEPT,
+    ForwardRecord,
+    InterruptRecord,
+    RunStatus,
+    ThreadState,
+    bounded_id,
+)
 from gateway.core.sweep import answered_ids
 
 _DEFAULT_POLICY = Policy()
@@ -191,7 +198,7 @@ def _judge_open(
             found.reject(
                 Reason.UNCOVERED_INTERRUPT,
                 f"interrupt {interrupt.id!r} ({interrupt.reason}{_attribution(interrupt)}) of run "
-                f"{state.run_id!r} has no resume entry; answer it or abandon it with status "
+                f"{state.interrupts_run_id!r} has no resume entry; answer it or abandon it with status "
                 "'cancelled'",
                 interrupt_id=interrupt.id,
             )
@@ -211,7 +218,7 @@ def _judge_open(
                 interrupt.id,
                 interrupt.reason,
                 entry.status,
-                state.closed_at_ms,
+                state.interrupts_closed_at_ms,
                 interrupt.subagent_run_id,
             )
         )
@@ -290,9 +297,9 @@ def _remember(
         return state
     base = state if state is not None else ThreadState(thread_id)
     record = ForwardRecord(
-        run_id=run_id,
+        run_id=bounded_id(run_id),
         fingerprint=print_,
-        answered_run_id=base.run_id if answers else None,
+        answered_run_id=base.interrupts_run_id if answers else None,
         interrupt_ids=tuple(a.interrupt_id for a in answers),
     )
     return replace(base, forwards=(*base.forwards, record)[-FORWARDS_KEPT:], updated_ms=now_ms)

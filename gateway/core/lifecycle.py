@@ -26,16 +26,26 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.core.classify import EventKind, classify
 from gateway.core.codes import Rule, Warn
-from gateway.core.findings import Finding, pointer
+from gateway.core.findings import Finding, pointer, preview
+from gateway.core.jsontext import to_json
 from gateway.core.shape import Path, error_pointer, unknown_members
 from gateway.core.state import (
+    MAX_ID_BYTES,
+    MAX_IDS_PER_SUSPENSION,
+    MAX_INTERRUPT_CONTENT_BYTES,
+    MAX_INTERRUPTS_PER_RUN,
+    MAX_OPEN_SUBAGENTS,
+    MAX_SUSPENDED,
+    ForwardRecord,
     InterruptRecord,
     RunStatus,
     SuspendedSubagent,
     ThreadState,
+    bounded_id,
+    utf8_len,
 )
 
-SUSPENDED_KEPT = 32
+SUSPENDED_KEPT = MAX_SUSPENDED
 _KNOWN_OUTCOMES = frozenset({"success", "interrupt", "cancelled"})
 _KNOWN_SUBAGENT_OUTCOMES = frozenset({"success", "suspended"})
 
@@ -102,7 +112,7 @@ def apply_event(
         )
     kind = classify(event.get("type"))
     if kind is EventKind.UNKNOWN:
-        detail = f"unknown event type {event['type']!r} dropped"
+        detail = f"unknown event type {preview(event['type'])} dropped"
         return EventOutcome(
             state, Change.NONE, (Finding(str(Warn.UNKNOWN_EVENT_TYPE), detail, path="/type"),), kind
         )
@@ -142,7 +152,9 @@ def _model(step: _Step, model: type[BaseModel], event: dict[str, Any]) -> BaseMo
         where = error_pointer(event, first)
         step.violation(
             Rule.MALFORMED_EVENT,
-            f"{event.get('type')} has a malformed known field at {where or '/'}: {first['msg']}",
+            f"{preview(event.get('type'))} has a malformed known field at "
+            f"{preview(where or '/', 200)[1:-1]}: "
+            f"{preview(first['msg'], 200)[1:-1]}",
             path=where,
         )
         return None
@@ -152,7 +164,7 @@ def _model(step: _Step, model: type[BaseModel], event: dict[str, Any]) -> BaseMo
         where = pointer(*path)
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
-            f"unknown member {where} of {event.get('type')} ignored",
+            f"unknown member {preview(where, 200)[1:-1]} of {preview(event.get('type'))} ignored",
             path=where,
         )
     return parsed
@@ -162,8 +174,8 @@ def _check_thread(step: _Step, model: RunStartedEvent | RunFinishedEvent) -> Non
     if model.thread_id != step.state.thread_id:
         step.violation(
             Rule.THREAD_ID_MISMATCH,
-            f"{step.kind.value} names thread {model.thread_id!r} on the stream of "
-            f"thread {step.state.thread_id!r}; the record key places it",
+            f"{step.kind.value} names thread {preview(model.thread_id)} on the stream of "
+            f"thread {preview(step.state.thread_id)}; the record key places it",
             path="/threadId",
         )
 
@@ -172,6 +184,9 @@ def _check_thread(step: _Step, model: RunStartedEvent | RunFinishedEvent) -> Non
 
 
 def _start(step: _Step) -> None:
+    # The interrupts open before this run are held, not dropped: the run is their
+    # continuation, and only its RUN_FINISHED replaces them (NOTES.md reading 1).
+    held = step.state.interrupts or step.state.held_interrupts
     model = _model(step, RunStartedEvent, step.event)
     run_id = step.event.get("runId")
     if model is not None:
@@ -180,14 +195,28 @@ def _start(step: _Step) -> None:
     step.set(
         Change.STARTED,
         status=RunStatus.ACTIVE,
-        run_id=run_id if isinstance(run_id, str) else None,
+        run_id=_run_id(step, run_id, "/runId") if isinstance(run_id, str) else None,
         outcome=None,
         interrupts=(),
+        held_interrupts=held,
         closed_at_ms=None,
         failed_late=False,
         open_subagents=(),
         forwards=_settled(step.state),
     )
+
+
+def _run_id(step: _Step, run_id: str, path: str) -> str:
+    """A run id as the state keeps it: bounded, with a warning when it was not."""
+    kept = bounded_id(run_id)
+    if kept != run_id:
+        step.violation(
+            Rule.ID_TOO_LONG,
+            f"runId {preview(run_id)} is {utf8_len(run_id):,} bytes, over {MAX_ID_BYTES}; "
+            f"it is kept as {kept!r}",
+            path=path,
+        )
+    return kept
 
 
 def _first_event_start(step: _Step) -> None:
@@ -208,8 +237,8 @@ def _nested_start(step: _Step) -> None:
         return
     step.violation(
         Rule.NESTED_RUN_STARTED,
-        f"RUN_STARTED for run {step.event.get('runId')!r} while run "
-        f"{step.state.run_id!r} is active; ignored",
+        f"RUN_STARTED for run {preview(step.event.get('runId'))} while run "
+        f"{preview(step.state.run_id)} is active; ignored",
     )
 
 
@@ -217,6 +246,9 @@ def _finish(step: _Step) -> None:
     event = step.event
     outcome = event.get("outcome")
     outcome_type = outcome.get("type") if isinstance(outcome, dict) else None
+    if _bad_tag(step, outcome, "outcome"):
+        _close_failed(step)
+        return
     if (
         isinstance(outcome, dict)
         and isinstance(outcome_type, str)
@@ -224,7 +256,7 @@ def _finish(step: _Step) -> None:
     ):
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
-            f"unrecognised outcome type {outcome.get('type')!r} stripped; the run reads as success",
+            f"unrecognised outcome type {preview(outcome_type)} stripped; the run reads as success",
             path="/outcome",
         )
         event = {k: v for k, v in event.items() if k != "outcome"}
@@ -262,12 +294,12 @@ def _finish(step: _Step) -> None:
         _close_failed(step)  # a malformed RUN_FINISHED fails the run
         return
     _check_thread(step, model)  # type: ignore[arg-type]
-    run_id = model.run_id  # type: ignore[attr-defined]
+    run_id = _run_id(step, model.run_id, "/runId")  # type: ignore[attr-defined]
     if step.state.run_id is not None and run_id != step.state.run_id:
         step.violation(
             Rule.RUN_ID_MISMATCH,
-            f"RUN_FINISHED names run {run_id!r} but run {step.state.run_id!r} is active; "
-            "the active run is closed",
+            f"RUN_FINISHED names run {preview(run_id)} but run {preview(step.state.run_id)} is "
+            "active; the active run is closed",
             path="/runId",
         )
         run_id = step.state.run_id
@@ -276,26 +308,77 @@ def _finish(step: _Step) -> None:
     status = {"success": RunStatus.SUCCEEDED, "cancelled": RunStatus.CANCELLED}.get(kind)
     if kind == "interrupt":
         status = RunStatus.INTERRUPTED
-        interrupts = _interrupts(step, model.outcome.interrupts)  # type: ignore[attr-defined]
+        kept = _interrupts(step, model.outcome.interrupts)  # type: ignore[attr-defined]
+        if kept is None:
+            _close_failed(step)  # over a bound: the run fails, as a malformed one does
+            return
+        interrupts = kept
     step.set(
         Change.CLOSED,
         status=status,
         run_id=run_id,
         outcome=kind,
         interrupts=interrupts,
+        held_interrupts=(),
+        interrupts_run_id=run_id if interrupts else None,
+        interrupts_closed_at_ms=step.at_ms if interrupts else None,
         closed_at_ms=step.at_ms,
         failed_late=False,
         open_subagents=(),
     )
 
 
-def _interrupts(step: _Step, interrupts: list[Any]) -> tuple[InterruptRecord, ...]:
+def _bad_tag(step: _Step, outcome: object, name: str) -> bool:
+    """An outcome whose `type` is present and not a string: malformed, flagged here.
+
+    Checked before the protocol's model sees the event: pydantic-core renders a
+    discriminator it cannot use, and a tag nested 1,000 deep makes that rendering
+    fail on stderr. The model would reject it all the same.
+    """
+    if not isinstance(outcome, dict) or "type" not in outcome:
+        return False
+    tag = outcome["type"]
+    if isinstance(tag, str):
+        return False
+    step.violation(
+        Rule.MALFORMED_EVENT,
+        f"{step.kind.value} has a malformed known field at /{name}/type: the {name} type "
+        f"must be a string, not {preview(tag)}",
+        path=f"/{name}/type",
+    )
+    return True
+
+
+def _interrupts(step: _Step, interrupts: list[Any]) -> tuple[InterruptRecord, ...] | None:
+    """The run's interrupts as the state keeps them, or None when they break a bound."""
+    if len(interrupts) > MAX_INTERRUPTS_PER_RUN:
+        step.violation(
+            Rule.TOO_MANY_INTERRUPTS,
+            f"RUN_FINISHED carries {len(interrupts):,} interrupts, over the "
+            f"{MAX_INTERRUPTS_PER_RUN} a run may raise; the run is failed",
+            path="/outcome/interrupts",
+        )
+        return None
+    for index, item in enumerate(interrupts):
+        for member, value in (
+            ("id", item.id),
+            ("subagentRunId", item.subagent_run_id),
+            ("toolCallId", item.tool_call_id),
+        ):
+            if value is not None and utf8_len(value) > MAX_ID_BYTES:
+                step.violation(
+                    Rule.ID_TOO_LONG,
+                    f"interrupt {member} {preview(value)} is {utf8_len(value):,} bytes, over "
+                    f"{MAX_ID_BYTES}; the run is failed",
+                    path=pointer("outcome", "interrupts", index, member),
+                )
+                return None
     seen: dict[str, InterruptRecord] = {}
     for index, item in enumerate(interrupts):
         if item.id in seen:
             step.violation(
                 Rule.DUPLICATE_INTERRUPT_ID,
-                f"interrupt id {item.id!r} appears twice in one run; the first is kept",
+                f"interrupt id {preview(item.id)} appears twice in one run; the first is kept",
                 interrupt_id=item.id,
                 path=pointer("outcome", "interrupts", index, "id"),
             )
@@ -310,7 +393,53 @@ def _interrupts(step: _Step, interrupts: list[Any]) -> tuple[InterruptRecord, ..
             metadata=item.metadata,
             subagent_run_id=item.subagent_run_id,
         )
-    return tuple(seen.values())
+    return _fit_content(step, tuple(seen.values()))
+
+
+def _content_bytes(records: tuple[InterruptRecord, ...]) -> int:
+    total = 0
+    for i in records:
+        total += utf8_len(i.reason) + utf8_len(i.message or "") + utf8_len(i.expires_at or "")
+        for value in (i.response_schema, i.metadata):
+            if value is not None:
+                total += len(to_json(value))
+    return total
+
+
+def _fit_content(
+    step: _Step, records: tuple[InterruptRecord, ...]
+) -> tuple[InterruptRecord, ...] | None:
+    """Keep a run's interrupts within MAX_INTERRUPT_CONTENT_BYTES.
+
+    Over it, the schemas and metadata go first (those payloads are then not
+    checked), then the messages, so the ids stay and every interrupt must still
+    be covered; what is kept is exactly what the changelog holds.
+    """
+    size = _content_bytes(records)
+    if size <= MAX_INTERRUPT_CONTENT_BYTES:
+        return records
+    for fields, what in (
+        ({"response_schema": None, "metadata": None}, "responseSchema and metadata"),
+        ({"response_schema": None, "metadata": None, "message": None}, "message"),
+    ):
+        records = tuple(replace(i, **fields) for i in records)  # type: ignore[arg-type]
+        step.violation(
+            Rule.INTERRUPT_CONTENT_TOO_LARGE,
+            f"the interrupts' content is {size:,} bytes, over {MAX_INTERRUPT_CONTENT_BYTES:,}; "
+            f"their {what} are dropped"
+            + ("" if what == "message" else ": their payloads will not be checked"),
+            path="/outcome/interrupts",
+        )
+        size = _content_bytes(records)
+        if size <= MAX_INTERRUPT_CONTENT_BYTES:
+            return records
+    step.violation(
+        Rule.INTERRUPT_CONTENT_TOO_LARGE,
+        f"the interrupts' reasons and expiresAt alone are {size:,} bytes, over "
+        f"{MAX_INTERRUPT_CONTENT_BYTES:,}; the run is failed",
+        path="/outcome/interrupts",
+    )
+    return None
 
 
 def _first_event_finish(step: _Step) -> None:
@@ -323,15 +452,20 @@ def _first_event_finish(step: _Step) -> None:
 
 
 def _close_failed(step: _Step) -> None:
+    # A run that fails before closing answered nothing: the interrupts it was
+    # continuing (held since its RUN_STARTED) are open again, and the forwards that
+    # answered them are forgotten, so a retry is judged afresh (NOTES.md reading 1).
+    reopened = step.state.held_interrupts or step.state.interrupts
     step.set(
         Change.FAILED,
         status=RunStatus.FAILED,
         outcome=None,
-        interrupts=(),
+        interrupts=reopened,
+        held_interrupts=(),
         closed_at_ms=step.at_ms,
         failed_late=False,
         open_subagents=(),
-        forwards=_settled(step.state),
+        forwards=_reopened(step.state, bool(reopened)),
     )
 
 
@@ -345,7 +479,7 @@ def _late_error(step: _Step) -> None:
     kept = len(step.state.interrupts)
     step.warn(
         Warn.LATE_RUN_ERROR,
-        f"RUN_ERROR after RUN_FINISHED: run {step.state.run_id!r} is failed"
+        f"RUN_ERROR after RUN_FINISHED: run {preview(step.state.run_id)} is failed"
         + (f"; its {kept} delivered interrupt(s) stay open" if kept else ""),
     )
     step.set(
@@ -361,14 +495,15 @@ def _error_after_failure(step: _Step) -> None:
     # never started. It names no run and so replaces nothing; it does settle
     # forwards, since the agent answered them with a failure.
     _model(step, RunErrorEvent, step.event)
-    if any(not f.settled for f in step.state.forwards):
-        step.set(Change.NONE, forwards=_settled(step.state))
+    forwards = _reopened(step.state, step.state.has_open_interrupts)
+    if forwards != step.state.forwards:
+        step.set(Change.NONE, forwards=forwards)
 
 
 def _after_close(step: _Step) -> None:
     step.violation(
         Rule.EVENT_AFTER_CLOSE,
-        f"{step.kind.value} after run {step.state.run_id!r} closed; only RUN_STARTED or one "
+        f"{step.kind.value} after run {preview(step.state.run_id)} closed; only RUN_STARTED or one "
         "late RUN_ERROR may follow a closed run. Ignored",
     )
 
@@ -381,15 +516,35 @@ def _subagent_started(step: _Step) -> None:
     model = _model(step, SubagentStartedEvent, step.event)
     if model is None:
         return
-    sub = model.subagent_run_id  # type: ignore[attr-defined]
+    sub = _subagent_id(step, model.subagent_run_id)  # type: ignore[attr-defined]
     if sub in step.state.open_subagents:
         step.violation(
             Rule.SUBAGENT_ALREADY_STARTED,
-            f"SUBAGENT_STARTED for invocation {sub!r}, which is already open",
+            f"SUBAGENT_STARTED for invocation {preview(sub)}, which is already open",
+            path="/subagentRunId",
+        )
+        return
+    if len(step.state.open_subagents) >= MAX_OPEN_SUBAGENTS:
+        step.violation(
+            Rule.TOO_MANY_SUBAGENTS,
+            f"SUBAGENT_STARTED for invocation {preview(sub)} while {MAX_OPEN_SUBAGENTS} are "
+            "open, the most a run may have; not tracked",
             path="/subagentRunId",
         )
         return
     step.set(Change.SUBAGENT, open_subagents=(*step.state.open_subagents, sub))
+
+
+def _subagent_id(step: _Step, sub: str) -> str:
+    kept = bounded_id(sub)
+    if kept != sub:
+        step.violation(
+            Rule.ID_TOO_LONG,
+            f"subagentRunId {preview(sub)} is {utf8_len(sub):,} bytes, over {MAX_ID_BYTES}; "
+            f"it is kept as {kept!r}",
+            path="/subagentRunId",
+        )
+    return kept
 
 
 def _subagent_ended(step: _Step) -> None:
@@ -399,10 +554,12 @@ def _subagent_ended(step: _Step) -> None:
     event = step.event
     outcome = event.get("outcome") if step.kind is EventKind.SUBAGENT_FINISHED else None
     outcome_type = outcome.get("type") if isinstance(outcome, dict) else None
+    if _bad_tag(step, outcome, "outcome"):
+        return
     if isinstance(outcome_type, str) and outcome_type not in _KNOWN_SUBAGENT_OUTCOMES:
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
-            f"unrecognised subagent outcome type {outcome_type!r} stripped; "
+            f"unrecognised subagent outcome type {preview(outcome_type)} stripped; "
             "the invocation reads as finished with success",
             path="/outcome",
         )
@@ -410,30 +567,77 @@ def _subagent_ended(step: _Step) -> None:
     model = _model(step, model_type, event)
     if model is None:
         return
-    sub = model.subagent_run_id  # type: ignore[attr-defined]
+    sub = _subagent_id(step, model.subagent_run_id)  # type: ignore[attr-defined]
     suspended = {s.subagent_run_id: s for s in step.state.suspended}
     if sub not in step.state.open_subagents and sub not in suspended:
         step.violation(
             Rule.SUBAGENT_NOT_STARTED,
-            f"{step.kind.value} for invocation {sub!r}, which was never started",
+            f"{step.kind.value} for invocation {preview(sub)}, which was never started",
             path="/subagentRunId",
         )
     suspended.pop(sub, None)
     # SUBAGENT_ERROR has no outcome: an `outcome` member there is an unknown extra
     outcome = model.outcome if isinstance(model, SubagentFinishedEvent) else None
     if outcome is not None and outcome.type == "suspended":
-        suspended[sub] = SuspendedSubagent(sub, tuple(outcome.interrupt_ids or ()))
+        suspended[sub] = SuspendedSubagent(sub, _suspension_ids(step, outcome.interrupt_ids))
+    kept = tuple(suspended.values())
+    if len(kept) > SUSPENDED_KEPT:
+        forgotten = kept[: len(kept) - SUSPENDED_KEPT]
+        step.violation(
+            Rule.TOO_MANY_SUSPENDED,
+            f"more than {SUSPENDED_KEPT} suspended invocations on one thread; the oldest, "
+            f"{preview(forgotten[0].subagent_run_id)}, is forgotten",
+            path="/subagentRunId",
+        )
+        kept = kept[-SUSPENDED_KEPT:]
     step.set(
         Change.SUBAGENT,
         open_subagents=tuple(s for s in step.state.open_subagents if s != sub),
-        suspended=tuple(suspended.values())[-SUSPENDED_KEPT:],
+        suspended=kept,
     )
 
 
-def _settled(state: ThreadState) -> tuple[Any, ...]:
+def _suspension_ids(step: _Step, ids: list[str] | None) -> tuple[str, ...]:
+    """A suspension's interrupt ids as kept: bounded in number and in length.
+
+    They are recorded, never judged (the interrupts a client must cover are those
+    of RUN_FINISHED), so what a bound leaves out changes no verdict.
+    """
+    ids = ids or []
+    if len(ids) > MAX_IDS_PER_SUSPENSION:
+        step.violation(
+            Rule.SUSPENSION_TOO_LARGE,
+            f"a suspended outcome names {len(ids):,} interrupt ids; the first "
+            f"{MAX_IDS_PER_SUSPENSION} are kept",
+            path="/outcome/interruptIds",
+        )
+        ids = ids[:MAX_IDS_PER_SUSPENSION]
+    kept = tuple(bounded_id(i) for i in ids)
+    if kept != tuple(ids):
+        step.violation(
+            Rule.ID_TOO_LONG,
+            f"a suspended outcome names interrupt ids over {MAX_ID_BYTES} bytes; each is kept "
+            "as a digest",
+            path="/outcome/interruptIds",
+        )
+    return kept
+
+
+def _settled(state: ThreadState) -> tuple[ForwardRecord, ...]:
     if all(f.settled for f in state.forwards):
         return state.forwards
     return tuple(replace(f, settled=True) for f in state.forwards)
+
+
+def _reopened(state: ThreadState, reopened: bool) -> tuple[ForwardRecord, ...]:
+    """Forwards after a failure that answered nothing: settled, and (when
+    interrupts are open again) those that answered them forgotten, so that
+    neither `already_resumed` nor `duplicate` holds a retry of them back."""
+    forwards = _settled(state)
+    if not reopened:
+        return forwards
+    kept = tuple(f for f in forwards if f.answered_run_id != state.interrupts_run_id)
+    return forwards if len(kept) == len(forwards) else kept
 
 
 Step = Callable[[_Step], None]

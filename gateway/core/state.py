@@ -7,6 +7,7 @@ persists (the changelog codec maps it onto its Avro schema).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -65,6 +66,39 @@ class ForwardRecord:
 
 FORWARDS_KEPT = 8  # forwards remembered per thread, for duplicate detection
 
+# --- what one thread may accumulate -------------------------------------------------------
+# Chosen so that the largest state these bounds admit, with a record key (thread id) of
+# up to 8 KiB, encodes to a changelog value under the 1,000,000-byte record limit
+# (tests/codec/test_changelog.py builds that state and encodes it). A stream that
+# exceeds a bound gets a `protocol_violation` warning naming it (see lifecycle).
+MAX_ID_BYTES = 256  # run, interrupt, subagent-invocation and tool-call ids (UTF-8)
+MAX_INTERRUPTS_PER_RUN = 32
+# reason + message + expiresAt + responseSchema + metadata (as JSON) of one run's interrupts
+MAX_INTERRUPT_CONTENT_BYTES = 600_000
+MAX_OPEN_SUBAGENTS = 32  # invocations open at once within a run
+MAX_SUSPENDED = 16  # suspended invocations remembered per thread
+MAX_IDS_PER_SUSPENSION = 32  # interrupt ids remembered per suspended invocation
+_DIGEST_PREFIX_CHARS = 32
+
+
+def utf8_len(text: str) -> int:
+    """Bytes of `text` in UTF-8 (a lone surrogate counts, never raises)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def bounded_id(text: str) -> str:
+    """`text` when it fits MAX_ID_BYTES, else a fixed-size stand-in that keeps identity.
+
+    The stand-in is its first characters and a BLAKE2b digest of the whole id, so
+    two long ids are equal exactly when their stand-ins are (up to a 128-bit
+    collision). Used for ids the gateway only compares with each other (run and
+    subagent-invocation ids), never with a client's resume entries.
+    """
+    if len(text) * 4 <= MAX_ID_BYTES or utf8_len(text) <= MAX_ID_BYTES:
+        return text
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return f"{text[:_DIGEST_PREFIX_CHARS]}...#{digest}"
+
 
 @dataclass(frozen=True, slots=True)
 class ThreadState:
@@ -72,13 +106,19 @@ class ThreadState:
     status: RunStatus = RunStatus.UNKNOWN
     run_id: str | None = None
     outcome: str | None = None  # success | interrupt | cancelled, for closed runs
-    interrupts: tuple[InterruptRecord, ...] = ()  # open interrupts of the latest run
+    # The open interrupts: those of the run being continued. While a continuation
+    # is active they move to `held_interrupts` (not judged, not announced);
+    # RUN_FINISHED replaces them, a failure before closing opens them again.
+    interrupts: tuple[InterruptRecord, ...] = ()
     closed_at_ms: int | None = None
     failed_late: bool = False  # a RUN_ERROR arrived after RUN_FINISHED
     open_subagents: tuple[str, ...] = ()
     suspended: tuple[SuspendedSubagent, ...] = ()
     forwards: tuple[ForwardRecord, ...] = field(default=())
     updated_ms: int = 0
+    interrupts_run_id: str | None = None  # the run that raised the open or held interrupts
+    interrupts_closed_at_ms: int | None = None  # when that run closed
+    held_interrupts: tuple[InterruptRecord, ...] = ()  # continued by the active run
 
     @property
     def is_closed(self) -> bool:
@@ -96,20 +136,7 @@ def to_dict(state: ThreadState) -> dict[str, Any]:
         "status": str(state.status),
         "run_id": state.run_id,
         "outcome": state.outcome,
-        "interrupts": [
-            {
-                "id": i.id,
-                "reason": i.reason,
-                "message": i.message,
-                "tool_call_id": i.tool_call_id,
-                "response_schema": i.response_schema,
-                "expires_at": i.expires_at,
-                "metadata": i.metadata,
-                "subagent_run_id": i.subagent_run_id,
-                "expiry_announced": i.expiry_announced,
-            }
-            for i in state.interrupts
-        ],
+        "interrupts": [_interrupt_dict(i) for i in state.interrupts],
         "closed_at_ms": state.closed_at_ms,
         "failed_late": state.failed_late,
         "open_subagents": list(state.open_subagents),
@@ -128,30 +155,57 @@ def to_dict(state: ThreadState) -> dict[str, Any]:
             for f in state.forwards
         ],
         "updated_ms": state.updated_ms,
+        "interrupts_run_id": state.interrupts_run_id,
+        "interrupts_closed_at_ms": state.interrupts_closed_at_ms,
+        "held_interrupts": [_interrupt_dict(i) for i in state.held_interrupts],
     }
 
 
+def _interrupt_dict(i: InterruptRecord) -> dict[str, Any]:
+    return {
+        "id": i.id,
+        "reason": i.reason,
+        "message": i.message,
+        "tool_call_id": i.tool_call_id,
+        "response_schema": i.response_schema,
+        "expires_at": i.expires_at,
+        "metadata": i.metadata,
+        "subagent_run_id": i.subagent_run_id,
+        "expiry_announced": i.expiry_announced,
+    }
+
+
+def _interrupt_record(i: dict[str, Any]) -> InterruptRecord:
+    return InterruptRecord(
+        id=i["id"],
+        reason=i["reason"],
+        message=i.get("message"),
+        tool_call_id=i.get("tool_call_id"),
+        response_schema=i.get("response_schema"),
+        expires_at=i.get("expires_at"),
+        metadata=i.get("metadata"),
+        subagent_run_id=i.get("subagent_run_id"),
+        expiry_announced=bool(i.get("expiry_announced", False)),
+    )
+
+
 def from_dict(data: dict[str, Any]) -> ThreadState:
-    """Inverse of `to_dict`."""
+    """Inverse of `to_dict`.
+
+    A state written before `interrupts_run_id` existed (changelog v1) had its
+    interrupts from its latest run only: they are that run's, closed then.
+    """
+    interrupts_run_id = data.get("interrupts_run_id")
+    interrupts_closed_at_ms = data.get("interrupts_closed_at_ms")
+    if data.get("interrupts") and interrupts_run_id is None and interrupts_closed_at_ms is None:
+        interrupts_run_id = data.get("run_id")
+        interrupts_closed_at_ms = data.get("closed_at_ms")
     return ThreadState(
         thread_id=data["thread_id"],
         status=RunStatus(data["status"]),
         run_id=data.get("run_id"),
         outcome=data.get("outcome"),
-        interrupts=tuple(
-            InterruptRecord(
-                id=i["id"],
-                reason=i["reason"],
-                message=i.get("message"),
-                tool_call_id=i.get("tool_call_id"),
-                response_schema=i.get("response_schema"),
-                expires_at=i.get("expires_at"),
-                metadata=i.get("metadata"),
-                subagent_run_id=i.get("subagent_run_id"),
-                expiry_announced=bool(i.get("expiry_announced", False)),
-            )
-            for i in data.get("interrupts") or ()
-        ),
+        interrupts=tuple(_interrupt_record(i) for i in data.get("interrupts") or ()),
         closed_at_ms=data.get("closed_at_ms"),
         failed_late=bool(data.get("failed_late", False)),
         open_subagents=tuple(data.get("open_subagents") or ()),
@@ -170,4 +224,7 @@ def from_dict(data: dict[str, Any]) -> ThreadState:
             for f in data.get("forwards") or ()
         ),
         updated_ms=int(data.get("updated_ms") or 0),
+        interrupts_run_id=interrupts_run_id,
+        interrupts_closed_at_ms=interrupts_closed_at_ms,
+        held_interrupts=tuple(_interrupt_record(i) for i in data.get("held_interrupts") or ()),
     )

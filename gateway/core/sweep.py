@@ -13,7 +13,7 @@ def answered_ids(state: ThreadState) -> set[str]:
     return {
         i
         for f in state.forwards
-        if not f.settled and f.answered_run_id == state.run_id
+        if not f.settled and f.answered_run_id == state.interrupts_run_id
         for i in f.interrupt_ids
     }
 
@@ -22,7 +22,8 @@ def expire_due(state: ThreadState, now_ms: int) -> tuple[ThreadState, tuple[Inte
     """Mark open, unanswered interrupts whose `expiresAt` has passed as announced.
 
     Returns the new state and the interrupts that expired since the last call
-    (each is returned once: the state remembers it was announced).
+    (each is returned once: the state remembers it was announced). Interrupts held
+    while a continuation runs are not open, so not announced.
     """
     if not state.interrupts:
         return state, ()

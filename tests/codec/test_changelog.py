@@ -1,4 +1,5 @@
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -7,12 +8,14 @@ from fastavro import schemaless_writer
 
 from gateway.codec import changelog
 from gateway.core.state import (
+    FORWARDS_KEPT,
     ForwardRecord,
     InterruptRecord,
     RunStatus,
     SuspendedSubagent,
     ThreadState,
 )
+from gateway.core.sweep import answered_ids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +46,9 @@ def full_state() -> ThreadState:
         suspended=(SuspendedSubagent("sub-1", ("a",)),),
         forwards=(ForwardRecord("r2", "ff00", "r1", ("a", "b"), settled=True),),
         updated_ms=42,
+        interrupts_run_id="r0",  # a continuation r1 failed: r0's interrupts stay open
+        interrupts_closed_at_ms=1_600_000_000_000,
+        held_interrupts=(InterruptRecord("h", "tool_call", metadata={"m": 1}),),
     )
 
 
@@ -83,9 +89,50 @@ def test_an_older_writer_schema_is_read_with_defaults():
     assert state.status is RunStatus.SUCCEEDED and state.updated_ms == 7
 
 
-def test_schema_file_is_valid_json_and_versioned():
-    raw = orjson.loads((REPO_ROOT / "schemas" / "thread_state.v1.avsc").read_bytes())
-    assert raw["namespace"].endswith(".v1")
+@pytest.mark.parametrize("version", range(1, changelog.CURRENT_VERSION + 1))
+def test_schema_file_is_valid_json_and_versioned(version):
+    raw = orjson.loads((REPO_ROOT / "schemas" / f"thread_state.v{version}.avsc").read_bytes())
+    assert raw["namespace"].endswith(f".v{version}")
+
+
+def v1_value(state: ThreadState) -> bytes:
+    """`state` as a gateway writing format version 1 wrote it."""
+    record = changelog.to_dict(state)
+    del record["interrupts_run_id"], record["interrupts_closed_at_ms"], record["held_interrupts"]
+    for item in record["interrupts"]:
+        item["response_schema_json"] = changelog._json_or_none(item.pop("response_schema"))
+        item["metadata_json"] = changelog._json_or_none(item.pop("metadata"))
+    out = io.BytesIO()
+    out.write(b"\x01")
+    schemaless_writer(out, changelog.schema(1), record)
+    return out.getvalue()
+
+
+def test_a_version_1_state_with_open_interrupts_restores_them_as_its_latest_runs():
+    """v1 had no interrupts_run_id: its open interrupts were always its latest run's."""
+    v1 = replace(
+        full_state(), interrupts_run_id=None, interrupts_closed_at_ms=None, held_interrupts=()
+    )
+    restored = changelog.decode(v1_value(v1))
+    assert restored == replace(
+        v1, interrupts_run_id="r1", interrupts_closed_at_ms=1_700_000_000_000
+    )
+    # and judged as before: the forward that answered r1 still holds its answers
+    assert answered_ids(replace(restored, forwards=(ForwardRecord("r2", "ff", "r1", ("a",)),))) == {
+        "a"
+    }
+
+
+def test_every_version_restores_a_state_without_open_interrupts():
+    state = replace(
+        full_state(),
+        interrupts=(),
+        interrupts_run_id=None,
+        interrupts_closed_at_ms=None,
+        held_interrupts=(),
+    )
+    assert changelog.decode(v1_value(state)) == state
+    assert changelog.decode(changelog.encode(state)) == state
 
 
 def test_hints_carry_status_and_open_count_and_tolerate_absence():
@@ -104,3 +151,109 @@ def test_a_state_this_version_cannot_hold_is_a_format_error():
     schemaless_writer(out, changelog.schema(changelog.CURRENT_VERSION), record)
     with pytest.raises(changelog.ChangelogFormatError, match="unreadable changelog state"):
         changelog.decode(out.getvalue())
+
+
+# --- E: the largest state the core's bounds admit fits one changelog record -----------------
+
+
+def _long(prefix: str, size: int) -> str:
+    """A string of exactly `size` UTF-8 bytes, mostly 4-byte characters, unique by prefix."""
+    rest = size - len(prefix.encode())
+    return prefix + "\U0001d11e" * (rest // 4) + "x" * (rest % 4)
+
+
+def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
+    """Every bound at its maximum (and the streams beyond it): no state is ever slimmed.
+
+    Built through the core, so each bound is the one the lifecycle enforces; ids,
+    interrupt content, subagents, suspensions and forwards all at their worst at
+    once, with a record key (thread id) of the 8 KiB the service accepts.
+    """
+    from gateway.core import apply_event, judge
+    from gateway.core.state import (
+        MAX_ID_BYTES,
+        MAX_IDS_PER_SUSPENSION,
+        MAX_INTERRUPT_CONTENT_BYTES,
+        MAX_INTERRUPTS_PER_RUN,
+        MAX_OPEN_SUBAGENTS,
+        MAX_SUSPENDED,
+        RunStatus,
+    )
+    from gateway.kafka.pair import MAX_KEY_BYTES, MAX_RECORD_BYTES
+
+    thread = _long("t", MAX_KEY_BYTES)
+    state = None
+    at = 1
+
+    def apply(event):
+        nonlocal state, at
+        at += 1
+        state = apply_event(state, thread, event, at).state
+
+    per_interrupt = MAX_INTERRUPT_CONTENT_BYTES // MAX_INTERRUPTS_PER_RUN
+    for cycle in range(FORWARDS_KEPT + 1):
+        run = _long(f"run-{cycle}-", MAX_ID_BYTES)
+        apply({"type": "RUN_STARTED", "threadId": thread, "runId": run})
+        for n in range(MAX_SUSPENDED + 2):
+            sub = _long(f"sub-{cycle}-{n}-", MAX_ID_BYTES)
+            apply({"type": "SUBAGENT_STARTED", "subagentRunId": sub, "name": "x"})
+            ids = [_long(f"i{k}-", MAX_ID_BYTES) for k in range(MAX_IDS_PER_SUSPENSION + 5)]
+            apply(
+                {
+                    "type": "SUBAGENT_FINISHED",
+                    "subagentRunId": sub,
+                    "outcome": {"type": "suspended", "interruptIds": ids},
+                }
+            )
+        interrupts = [
+            {
+                "id": _long(f"{cycle}-{k}-", MAX_ID_BYTES),
+                "reason": "r" * 64,
+                "message": "m" * 64,
+                "toolCallId": _long(f"c{k}-", MAX_ID_BYTES),
+                "subagentRunId": _long(f"s{k}-", MAX_ID_BYTES),
+                "expiresAt": "2999-01-01T00:00:00Z",
+                "metadata": {"k": "v"},
+                "responseSchema": {"description": "d" * (per_interrupt - 300)},
+            }
+            for k in range(MAX_INTERRUPTS_PER_RUN)
+        ]
+        apply(
+            {
+                "type": "RUN_FINISHED",
+                "threadId": thread,
+                "runId": run,
+                "outcome": {"type": "interrupt", "interrupts": interrupts},
+            }
+        )
+        assert state is not None and len(state.interrupts) == MAX_INTERRUPTS_PER_RUN
+        assert state.interrupts[0].response_schema is not None  # within the content bound
+        resume = [{"interruptId": i["id"], "status": "cancelled"} for i in interrupts]
+        request = {
+            "threadId": thread,
+            "runId": _long(f"req-{cycle}-", MAX_ID_BYTES),
+            "messages": [],
+            "resume": resume,
+        }
+        decision, state = judge(state, request, at, thread_id=thread)
+        assert decision.verdict == "forward", decision.to_json()
+    apply({"type": "RUN_STARTED", "threadId": thread, "runId": _long("last-", MAX_ID_BYTES)})
+    for n in range(MAX_OPEN_SUBAGENTS + 5):
+        apply(
+            {
+                "type": "SUBAGENT_STARTED",
+                "subagentRunId": _long(f"open-{n}-", MAX_ID_BYTES),
+                "name": "x",
+            }
+        )
+    assert state is not None and state.status is RunStatus.ACTIVE
+    assert len(state.held_interrupts) == MAX_INTERRUPTS_PER_RUN  # held by the continuation
+    assert len(state.open_subagents) == MAX_OPEN_SUBAGENTS
+    assert len(state.suspended) == MAX_SUSPENDED
+    assert {len(s.interrupt_ids) for s in state.suspended} == {MAX_IDS_PER_SUSPENSION}
+    assert len(state.forwards) == FORWARDS_KEPT
+    assert {len(f.interrupt_ids) for f in state.forwards} == {MAX_INTERRUPTS_PER_RUN}
+    value = changelog.encode(state)
+    print(f"worst-case changelog value: {len(value):,} bytes")
+    assert len(value) <= MAX_RECORD_BYTES, len(value)
+    assert changelog.decode(value) == state

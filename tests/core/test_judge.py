@@ -632,6 +632,79 @@ def test_a_producer_rejecting_the_resume_reopens_the_interrupts_for_a_new_answer
     assert decision.verdict is Verdict.FORWARD
 
 
+# --- NOTES.md reading 1: a continuation that fails before closing ------------------------
+
+
+def failed_continuation(answer=None):
+    """r1 raised int-1; the request answering it was forwarded; r2 started and failed."""
+    state = state_of(*interrupted(interrupt("int-1", responseSchema=APPROVAL_SCHEMA)))
+    raw = answer or run_input([entry("int-1", payload={"approved": True})], run_id=RUN_2)
+    first, remembered = judge(state, raw, NOW_MS, thread_id=THREAD)
+    assert first.verdict is Verdict.FORWARD
+    for event in (run_started(RUN_2), run_error("the continuation failed")):
+        remembered = apply_event(remembered, THREAD, event, NOW_MS + 1).state
+    assert remembered is not None
+    return remembered, raw
+
+
+def test_after_a_failed_continuation_an_input_must_cover_the_continued_interrupts():
+    state, _ = failed_continuation()
+    decision = decide(state, run_input(run_id="run-3"))
+    assert decision.verdict is Verdict.REJECT
+    assert [(r.code, r.interrupt_id) for r in decision.reasons] == [
+        (str(Reason.UNCOVERED_INTERRUPT), "int-1")
+    ]
+    assert f"of run {RUN_1!r}" in decision.reasons[0].detail  # the run that raised it
+
+
+def test_after_a_failed_continuation_the_answer_is_judged_and_kept_not_stripped():
+    state, _ = failed_continuation()
+    retry = run_input([entry("int-1", payload={"approved": False})], run_id="run-3")
+    decision, after = judge(state, retry, NOW_MS + 2, thread_id=THREAD)
+    assert decision.verdict is Verdict.FORWARD
+    assert decision.warnings == ()
+    assert decision.input is not None and decision.input["resume"] == retry["resume"]
+    assert [a.interrupt_id for a in decision.answers] == ["int-1"]
+    # when r1 closed, not when r2 failed
+    assert decision.answers[0].raised_at_ms == state.interrupts_closed_at_ms != state.closed_at_ms
+    # the retry now holds the answer until the agent moves on
+    other = run_input([entry("int-1", "cancelled")], run_id="run-4")
+    assert codes(decide(after, other).reasons) == [str(Reason.ALREADY_RESUMED)]
+    # and its schema still applies
+    bad = run_input([entry("int-1", payload={"approved": "yes"})], run_id="run-5")
+    assert codes(decide(state, bad).reasons) == [str(Reason.PAYLOAD_SCHEMA_MISMATCH)]
+
+
+def test_a_retry_identical_to_the_failed_continuations_request_is_forwarded_again():
+    state, raw = failed_continuation()
+    decision = decide(state, copy.deepcopy(raw))
+    assert decision.verdict is Verdict.FORWARD
+    assert decision.reasons == ()
+
+
+def test_already_resumed_no_longer_applies_after_the_continuation_failed():
+    state, _ = failed_continuation()
+    other = run_input([entry("int-1", "cancelled")], run_id="run-3")
+    assert decide(state, other).verdict is Verdict.FORWARD
+
+
+def test_a_continuation_that_closes_replaces_the_interrupts_and_stays_a_duplicate():
+    state = state_of(*interrupted(interrupt("int-1")))
+    raw = run_input([entry("int-1", payload=1)], run_id=RUN_2)
+    _, remembered = judge(state, raw, NOW_MS, thread_id=THREAD)
+    for event in (run_started(RUN_2), run_finished(RUN_2)):
+        remembered = apply_event(remembered, THREAD, event, NOW_MS + 1).state
+    assert decide(remembered, copy.deepcopy(raw)).verdict is Verdict.DUPLICATE
+    assert decide(remembered, run_input(run_id="run-3")).verdict is Verdict.FORWARD
+
+
+def test_a_failed_run_with_nothing_open_before_it_leaves_nothing_open():
+    state = state_of(run_started(), run_finished(), run_started(RUN_2), run_error())
+    decision = decide(state, run_input([entry("int-1")], run_id="run-3"))
+    assert decision.verdict is Verdict.FORWARD
+    assert codes(decision.warnings) == [str(Warn.UNRECOGNISED_ENTRY)]
+
+
 def test_forwards_remembered_are_bounded():
     state: ThreadState | None = state_of(run_started(), run_finished())
     for n in range(FORWARDS_KEPT + 3):

@@ -11,7 +11,16 @@ import pytest
 
 from gateway.core import Change, EventKind, Rule, RunStatus, ThreadState, Warn, apply_event
 from gateway.core import lifecycle as lifecycle_module
-from gateway.core.state import from_dict, to_dict
+from gateway.core.state import (
+    MAX_ID_BYTES,
+    MAX_IDS_PER_SUSPENSION,
+    MAX_INTERRUPT_CONTENT_BYTES,
+    MAX_INTERRUPTS_PER_RUN,
+    MAX_OPEN_SUBAGENTS,
+    MAX_SUSPENDED,
+    from_dict,
+    to_dict,
+)
 from tests.core.factories import (
     RUN_1,
     RUN_2,
@@ -43,6 +52,10 @@ def assert_well_defined(state: ThreadState | None) -> None:
     assert isinstance(state.status, RunStatus)
     if state.interrupts:
         assert state.status in (RunStatus.INTERRUPTED, RunStatus.FAILED)
+    if state.held_interrupts:  # held while a continuation runs
+        assert state.status is RunStatus.ACTIVE and not state.interrupts
+    if state.interrupts or state.held_interrupts:
+        assert state.interrupts_run_id is not None
     if state.status is RunStatus.ACTIVE:
         assert state.closed_at_ms is None
     assert from_dict(to_dict(state)) == state
@@ -151,14 +164,97 @@ def test_only_the_latest_runs_interrupts_are_open():
     assert state.run_id == RUN_2
 
 
-def test_a_continued_run_leaves_nothing_open():
+def test_a_continuation_holds_the_interrupts_it_continues_until_it_closes():
     state = state_of(*interrupted(interrupt("int-1")), run_started(RUN_2))
     assert state.status is RunStatus.ACTIVE
-    assert state.interrupts == ()
     assert state.run_id == RUN_2
-    closed = state_of(*interrupted(interrupt("int-1")), run_started(RUN_2), run_finished(RUN_2))
-    assert closed.status is RunStatus.SUCCEEDED
+    assert state.interrupts == ()  # held, not open
+    assert [i.id for i in state.held_interrupts] == ["int-1"]
+    assert not state.has_open_interrupts
+    assert state.interrupts_run_id == RUN_1
+    assert_well_defined(state)
+
+
+@pytest.mark.parametrize(
+    "finished",
+    [
+        run_finished(RUN_2),
+        run_finished(RUN_2, outcome={"type": "success"}),
+        run_finished(RUN_2, outcome={"type": "cancelled"}),
+    ],
+    ids=["absent", "success", "cancelled"],
+)
+def test_a_continuation_that_closes_replaces_the_interrupts_it_continued(finished):
+    closed = state_of(*interrupted(interrupt("int-1")), run_started(RUN_2), finished)
+    assert closed.status in (RunStatus.SUCCEEDED, RunStatus.CANCELLED)
     assert closed.interrupts == ()
+    assert closed.interrupts_run_id is None
+    assert_well_defined(closed)
+
+
+def test_a_continuation_that_interrupts_again_replaces_them_with_its_own():
+    closed = state_of(
+        *interrupted(interrupt("int-1")),
+        run_started(RUN_2),
+        run_finished(RUN_2, interrupts=[interrupt("int-2")]),
+    )
+    assert [i.id for i in closed.interrupts] == ["int-2"]
+    assert (closed.interrupts_run_id, closed.interrupts_closed_at_ms) == (
+        RUN_2,
+        closed.closed_at_ms,
+    )
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        [run_error()],
+        [text_start(), run_error("mid-stream")],
+        [run_finished(RUN_2, outcome={"type": "interrupt", "interrupts": []})],
+        [run_finished(RUN_2, outcome={"type": 5})],
+    ],
+    ids=["run_error", "run_error_after_deltas", "empty_interrupt_outcome", "malformed"],
+)
+def test_a_continuation_that_fails_before_closing_leaves_the_continued_interrupts_open(failure):
+    """NOTES.md reading 1: the failed continuation answered nothing."""
+    state, outcomes = replay(
+        [*interrupted(interrupt("int-1"), interrupt("int-2")), run_started(RUN_2), *failure]
+    )
+    assert state is not None
+    assert outcomes[-1].change is Change.FAILED
+    assert (state.status, state.run_id, state.failed_late) == (RunStatus.FAILED, RUN_2, False)
+    assert [i.id for i in state.interrupts] == ["int-1", "int-2"]
+    assert state.has_open_interrupts
+    assert state.interrupts_run_id == RUN_1
+    assert state.interrupts_closed_at_ms is not None
+    assert_well_defined(state)
+
+
+def test_a_retry_that_fails_again_still_leaves_them_open():
+    state = state_of(
+        *interrupted(interrupt("int-1")),
+        run_started(RUN_2),
+        run_error(),
+        run_started("run-3"),
+        run_error(),
+        run_error("an attempt that never started"),
+    )
+    assert [i.id for i in state.interrupts] == ["int-1"]
+    assert (state.status, state.interrupts_run_id) == (RunStatus.FAILED, RUN_1)
+
+
+def test_a_late_run_error_after_a_continuation_closed_keeps_its_own_rule():
+    state, outcomes = replay(
+        [
+            *interrupted(interrupt("int-1")),
+            run_started(RUN_2),
+            run_finished(RUN_2),
+            run_error(),
+        ]
+    )
+    assert state is not None
+    assert outcomes[-1].change is Change.FAILED_LATE
+    assert (state.status, state.failed_late, state.interrupts) == (RunStatus.FAILED, True, ())
 
 
 def test_a_run_that_failed_before_closing_leaves_nothing_open():
@@ -205,7 +301,8 @@ def test_a_further_run_error_after_a_late_one_drops_no_interrupt():
 
 def test_a_new_run_after_a_late_run_error_clears_the_failure():
     state = state_of(*interrupted(interrupt("int-1")), run_error(), run_started(RUN_2))
-    assert (state.status, state.failed_late, state.interrupts) == (RunStatus.ACTIVE, False, ())
+    assert (state.status, state.failed_late) == (RunStatus.ACTIVE, False)
+    assert [i.id for i in state.held_interrupts] == ["int-1"]  # held by the continuation
 
 
 # --- NOTES.md "Runs on a stream": unknown outcome, malformed RUN_FINISHED --------------------
@@ -295,6 +392,65 @@ SCENARIOS: dict[str, tuple[list[object], RunStatus, int]] = {
     Rule.SUBAGENT_NOT_STARTED: ([run_started(), subagent_finished("sub-9")], RunStatus.ACTIVE, 1),
     Rule.SUBAGENT_ALREADY_STARTED: (
         [run_started(), subagent_started("sub-1"), subagent_started("sub-1")],
+        RunStatus.ACTIVE,
+        2,
+    ),
+    # bounds on what a thread accumulates (gateway.core.state)
+    Rule.ID_TOO_LONG: (
+        [run_started(), run_finished(interrupts=[interrupt("i" * (MAX_ID_BYTES + 1))])],
+        RunStatus.FAILED,
+        1,
+    ),
+    Rule.TOO_MANY_INTERRUPTS: (
+        [
+            run_started(),
+            run_finished(
+                interrupts=[interrupt(f"i{n}") for n in range(MAX_INTERRUPTS_PER_RUN + 1)]
+            ),
+        ],
+        RunStatus.FAILED,
+        1,
+    ),
+    Rule.INTERRUPT_CONTENT_TOO_LARGE: (
+        [
+            run_started(),
+            run_finished(interrupts=[interrupt(metadata={"x": "m" * MAX_INTERRUPT_CONTENT_BYTES})]),
+        ],
+        RunStatus.INTERRUPTED,
+        1,
+    ),
+    Rule.TOO_MANY_SUBAGENTS: (
+        [run_started(), *(subagent_started(f"s{n}") for n in range(MAX_OPEN_SUBAGENTS + 1))],
+        RunStatus.ACTIVE,
+        MAX_OPEN_SUBAGENTS + 1,
+    ),
+    Rule.TOO_MANY_SUSPENDED: (
+        [
+            run_started(),
+            *(
+                event
+                for n in range(MAX_SUSPENDED + 1)
+                for event in (
+                    subagent_started(f"s{n}"),
+                    subagent_finished(f"s{n}", {"type": "suspended", "interruptIds": []}),
+                )
+            ),
+        ],
+        RunStatus.ACTIVE,
+        2 * (MAX_SUSPENDED + 1),
+    ),
+    Rule.SUSPENSION_TOO_LARGE: (
+        [
+            run_started(),
+            subagent_started("s"),
+            subagent_finished(
+                "s",
+                {
+                    "type": "suspended",
+                    "interruptIds": [f"i{n}" for n in range(MAX_IDS_PER_SUSPENSION + 1)],
+                },
+            ),
+        ],
         RunStatus.ACTIVE,
         2,
     ),
@@ -638,3 +794,70 @@ def test_run_started_after_a_stray_first_event_names_the_run_once_flagged():
     assert (state.status, state.run_id) == (RunStatus.INTERRUPTED, RUN_1)
     assert violations(outcomes) == [str(Rule.FIRST_EVENT)]
     assert "TEXT_MESSAGE_START" in outcomes[0].warnings[0].detail
+
+
+# --- G: no finding's text may raise, nothing reaches stderr ----------------------------------
+
+
+def deep(depth: int, kind: type = list, leaf: object = "x") -> object:
+    value = leaf
+    for _ in range(depth):
+        value = [value] if kind is list else {"type": value}
+    return value
+
+
+def test_a_nested_run_started_with_a_deeply_nested_run_id_is_flagged_not_raised():
+    """Issue reproduction: formatting runId into the warning raised RecursionError."""
+    state, outcomes = replay([run_started(), run_started(deep(1_000))])
+    assert state is not None and state.run_id == RUN_1
+    [warning] = outcomes[-1].warnings
+    assert warning.rule == str(Rule.NESTED_RUN_STARTED)
+    assert len(warning.detail) < 400 and "[[[[" in warning.detail
+
+
+@pytest.mark.parametrize("kind", [list, dict])
+@pytest.mark.parametrize(
+    "event",
+    [
+        lambda tag: run_finished(outcome={"type": tag}),
+        lambda tag: run_finished(outcome={"type": tag, "interrupts": [interrupt()]}),
+        lambda tag: subagent_finished("sub-1", {"type": tag}),
+    ],
+    ids=["run_finished", "run_finished_with_interrupts", "subagent_finished"],
+)
+def test_an_outcome_type_nested_1000_deep_is_malformed_and_nothing_reaches_stderr(
+    event, kind, capfd
+):
+    """Issue reproduction: pydantic-core printed `Exception ignored ... RecursionError`."""
+    capfd.readouterr()
+    state, outcomes = replay([run_started(), subagent_started("sub-1"), event(deep(1_000, kind))])
+    assert capfd.readouterr() == ("", "")
+    assert violations(outcomes) == [str(Rule.MALFORMED_EVENT)]
+    assert outcomes[-1].warnings[0].path == "/outcome/type"
+    assert len(outcomes[-1].warnings[0].detail) < 400
+    assert_well_defined(state)
+
+
+@pytest.mark.parametrize(
+    "member",
+    ["threadId", "runId", "message", "code", "subagentRunId", "name", "outcome", "extra"],
+)
+@pytest.mark.parametrize(
+    "event_type",
+    ["RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "SUBAGENT_STARTED", "SUBAGENT_FINISHED"],
+)
+def test_a_member_nested_1000_deep_in_any_lifecycle_event_raises_nothing(event_type, member, capfd):
+    base = {
+        "RUN_STARTED": run_started(RUN_2),
+        "RUN_FINISHED": run_finished(),
+        "RUN_ERROR": run_error(),
+        "SUBAGENT_STARTED": subagent_started("sub-2"),
+        "SUBAGENT_FINISHED": subagent_finished("sub-1"),
+    }[event_type]
+    capfd.readouterr()
+    for kind in (list, dict):
+        event = {**base, member: deep(1_000, kind)}
+        state, outcomes = replay([run_started(), subagent_started("sub-1"), event])
+        assert_well_defined(state)
+        assert all(len(w.detail) < 1_000 for o in outcomes for w in o.warnings)
+    assert capfd.readouterr() == ("", "")

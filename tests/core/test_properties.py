@@ -549,3 +549,134 @@ def test_apply_event_never_raises_and_always_leaves_a_usable_state(events, raw, 
         state = outcome.state
     decision, new_state = judge(state, raw, NOW_MS, Policy(strict), THREAD)
     assert_sane(decision, state, new_state)
+
+
+# --- hostile streams: nothing escapes, every state fits and survives the changelog -----------
+
+
+def _deep(depth: int, kind: type) -> object:
+    value: object = "x"
+    for _ in range(depth):
+        value = [value] if kind is list else {"type": value}
+    return value
+
+
+HOSTILE = (
+    JSON
+    | st.builds(_deep, st.sampled_from([300, 1_000]), st.sampled_from([list, dict]))
+    | st.builds(
+        lambda n, c: c * n, st.integers(200, 3_000), st.sampled_from(["x", "é", "\U0001d11e"])
+    )
+    | st.just(10**400)
+)
+IDS = st.sampled_from(["a", "b", "sub-1", "sub-2", RUN_1, "run-2"]) | HOSTILE
+HOSTILE_INTERRUPT = st.fixed_dictionaries(
+    {"id": IDS},
+    optional={
+        "reason": st.text(max_size=4) | HOSTILE,
+        "message": HOSTILE,
+        "expiresAt": st.sampled_from([iso_at(-5), iso_at(5)]) | HOSTILE,
+        "responseSchema": HOSTILE
+        | st.builds(lambda n: {"description": "d" * n}, st.integers(10_000, 300_000)),
+        "metadata": HOSTILE,
+        "subagentRunId": IDS,
+        "toolCallId": IDS,
+    },
+)
+MANY_INTERRUPTS = st.integers(28, 40).map(
+    lambda n: [{"id": f"i{k}", "reason": "r", "message": "m" * 30_000} for k in range(n)]
+)
+HOSTILE_OUTCOME = HOSTILE | st.fixed_dictionaries(
+    {"type": st.sampled_from(["interrupt", "success", "cancelled", "suspended"]) | HOSTILE},
+    optional={
+        "interrupts": st.lists(HOSTILE_INTERRUPT, max_size=3) | MANY_INTERRUPTS,
+        "interruptIds": st.lists(IDS, max_size=3)
+        | st.integers(30, 40).map(lambda n: [f"i{k}" * 60 for k in range(n)]),
+    },
+)
+HOSTILE_EVENT = st.fixed_dictionaries(
+    {"type": st.sampled_from(LIFECYCLE_TYPES) | HOSTILE},
+    optional={
+        "threadId": st.just(THREAD) | HOSTILE,
+        "runId": IDS,
+        "message": HOSTILE,
+        "name": HOSTILE,
+        "subagentRunId": IDS,
+        "outcome": HOSTILE_OUTCOME,
+    },
+)
+
+
+def _burst(n: int, suspend: bool) -> list[dict[str, Any]]:
+    """`n` subagent invocations started (and suspended, or left open) in one run."""
+    events: list[dict[str, Any]] = []
+    for k in range(n):
+        sub = f"s{k}" * 40
+        events.append({"type": "SUBAGENT_STARTED", "subagentRunId": sub, "name": "x"})
+        if suspend:
+            outcome = {"type": "suspended", "interruptIds": [f"i{k}"] * 3}
+            events.append({"type": "SUBAGENT_FINISHED", "subagentRunId": sub, "outcome": outcome})
+    return events
+
+
+SUBAGENT_BURST = st.builds(_burst, st.integers(1, 40), st.booleans())
+HOSTILE_STREAMS = st.lists(
+    st.lists(HOSTILE_EVENT, min_size=1, max_size=3)
+    | SUBAGENT_BURST
+    | st.just([run_started(), {"type": "RUN_ERROR", "message": "x"}]),
+    max_size=6,
+).map(lambda chunks: [event for chunk in chunks for event in chunk])
+HOSTILE_REQUESTS = st.fixed_dictionaries(
+    {"threadId": st.just(THREAD), "runId": IDS, "messages": st.just([])},
+    optional={
+        "resume": st.lists(
+            st.fixed_dictionaries(
+                {"interruptId": IDS, "status": st.sampled_from(["resolved", "cancelled"])},
+                optional={"payload": HOSTILE},
+            ),
+            max_size=4,
+        )
+    },
+)
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.large_base_example,
+    ],
+)
+@given(events=HOSTILE_STREAMS, request=HOSTILE_REQUESTS)
+def test_hostile_streams_raise_nothing_and_every_state_survives_the_changelog(
+    events, request, capfd
+):
+    from gateway.codec import changelog
+    from gateway.core.sweep import expire_due
+    from gateway.kafka.pair import MAX_RECORD_BYTES
+
+    def survives(state: ThreadState | None) -> None:
+        if state is None:
+            return
+        value = changelog.encode(state)
+        assert len(value) <= MAX_RECORD_BYTES
+        assert changelog.decode(value) == state
+
+    state: ThreadState | None = None
+    capfd.readouterr()
+    for at, event in enumerate(events):
+        outcome = apply_event(state, THREAD, event, NOW_MS + at)
+        assert all(isinstance(w.detail, str) and len(w.detail) < 2_000 for w in outcome.warnings)
+        assert {w.code for w in outcome.warnings} <= {str(w) for w in Warn}
+        state = outcome.state
+        survives(state)
+        if state is not None:
+            swept, _ = expire_due(state, NOW_MS + 10_000)
+            survives(swept)
+    assert capfd.readouterr().err == ""  # nothing printed by the models either
+    decision, judged = judge(state, request, NOW_MS, Policy(), THREAD)
+    assert decision.verdict in (Verdict.FORWARD, Verdict.REJECT, Verdict.DUPLICATE)
+    survives(judged)

@@ -76,3 +76,16 @@ def test_next_expiry_is_the_earliest_readable_unannounced_one():
     assert next_expiry_ms(swept) == NOW_MS + 5_000
     swept, _ = expire_due(swept, NOW_MS + 60_000)
     assert next_expiry_ms(swept) is None  # "never" has none, "garbled" is unreadable
+
+
+def test_interrupts_held_by_an_active_continuation_are_not_announced_until_it_fails():
+    from tests.core.factories import run_error
+
+    held = state_of(*interrupted(interrupt("past", expiresAt=iso_at(-10))), run_started("run-2"))
+    assert expire_due(held, NOW_MS) == (held, ())
+    assert next_expiry_ms(held) is None
+    failed = state_of(
+        *interrupted(interrupt("past", expiresAt=iso_at(-10))), run_started("run-2"), run_error()
+    )
+    _, due = expire_due(failed, NOW_MS)
+    assert [i.id for i in due] == ["past"]

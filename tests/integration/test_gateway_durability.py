@@ -253,3 +253,55 @@ async def test_mismatched_partition_counts_are_refused(ns, tmp_path, create_topi
         assert 'agui_gateway_agent_refused{agent="ops"} 1.0' in await asyncio.to_thread(gw.metrics)
     finally:
         await gw.stop()
+
+
+async def test_a_failed_continuation_leaves_its_interrupts_open_across_a_restart(
+    ns, tmp_path
+) -> None:
+    """NOTES.md reading 1 on the real broker, with the state restored by a second instance."""
+    await ns.create_agent(AGENT, partitions=1)
+    thread = "cont"
+    first = await GatewayProcess(ns, tmp_path, name="first").start()
+    try:
+        await produce(ns.bootstrap, ns.events(AGENT), thread_events(thread))
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, request_for(thread, True))],
+            headers=[("agui-correlation-id", b"answer")],
+        )
+        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, timeout=60)
+        assert [header(r, "agui-correlation-id") for r in forwarded] == ["answer"]
+        # the continuation the answer started fails before closing
+        await produce(
+            ns.bootstrap,
+            ns.events(AGENT),
+            [
+                (thread, {"type": "RUN_STARTED", "threadId": thread, "runId": f"{thread}-r2"}),
+                (thread, {"type": "RUN_ERROR", "message": "the continuation failed"}),
+            ],
+        )
+        await wait_metric(first, 'agui_gateway_runs_closed_total{agent="ops",outcome="failed"}', 1)
+    finally:
+        assert await first.stop(signal.SIGTERM) == 0
+    second = await GatewayProcess(ns, tmp_path, name="second").start()
+    try:
+        uncovered = {"threadId": thread, "runId": f"{thread}-r3", "messages": []}
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, uncovered), (thread, request_for(thread, True))],
+            headers=[("agui-correlation-id", b"retry")],
+        )
+        rejected = values(await collect(ns.bootstrap, ns.rejections, count=1, timeout=60))
+        assert [(r["reasons"][0]["code"], r["reasons"][0]["interruptId"]) for r in rejected] == [
+            ("uncovered_interrupt", "a")
+        ]
+        # the retry identical to the failed continuation's request is forwarded again
+        forwarded = await collect(
+            ns.bootstrap, ns.run_requests(AGENT), count=2, timeout=60, settle=1.0
+        )
+        assert [header(r, "agui-correlation-id") for r in forwarded] == ["answer", "retry"]
+        assert values(forwarded)[1]["resume"] == request_for(thread, True)["resume"]
+    finally:
+        await second.stop()
