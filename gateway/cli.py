@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
         help="stop after this many seconds (default: run until Ctrl-C)",
     )
 
+    commands.add_parser(
+        "edge",
+        help="serve AG-UI over HTTP (POST /agents/{agent}) through the gateway on Kafka "
+        "(AGUI_GATEWAY_EDGE_* settings)",
+    )
+
     topics = commands.add_parser("topics", help="manage an agent's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     create = topic_commands.add_parser(
@@ -120,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.demo import main as demo_main
 
         return demo_main(settings, args.agent, args.partitions, args.rate, args.duration)
+    if args.command == "edge":
+        from gateway import edge
+
+        return edge.main(settings)
     if args.command == "topics":
         from gateway import topics_cli
 

@@ -163,7 +163,9 @@ class GatewayClient:
 
     @property
     def ready(self) -> bool:
-        return self._producer is not None and self._rendezvous is not None
+        """Started, and past the wait for the gateway to see a reply topic just created."""
+        started = self._producer is not None and self._rendezvous is not None
+        return started and time.monotonic() >= self._send_after
 
     async def _ensure_reply_topic(self) -> bool:
         """Create the reply topic if missing; True when this call created it."""
@@ -185,9 +187,29 @@ class GatewayClient:
                         f"creating reply topic {self.reply_topic!r} failed: error {code} "
                         f"{topic_error[2] if len(topic_error) > 2 else ''}"
                     )
+            await self._wait_for_leaders(admin)
             return True
         finally:
             await admin.close()
+
+    async def _wait_for_leaders(self, admin: AIOKafkaAdminClient, timeout: float = 30.0) -> None:
+        """Until every partition of the new reply topic has a leader: a write before that
+        fails, and the gateway's first reply must not."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            described = await admin.describe_topics([self.reply_topic])
+            partitions = described[0].get("partitions", []) if described else []
+            if (
+                described
+                and described[0].get("error_code") == 0
+                and len(partitions) == self.reply_topic_partitions
+                and all(p.get("leader", -1) >= 0 for p in partitions)
+            ):
+                return
+            await asyncio.sleep(0.1)
+        raise ReplyTopicMissing(
+            f"reply topic {self.reply_topic!r} has no leaders after {timeout:g} s"
+        )
 
     # --- request/reply ---------------------------------------------------------------------
 
