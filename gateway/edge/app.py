@@ -93,7 +93,7 @@ class Edge:
             record = _pre_publish_rejection(agent, run_input, Reason.MALFORMED_INPUT, detail, path)
             return self._answer(Verdict.REJECT, 422, record)
         thread_id, run_id = run_input["threadId"], run_input["runId"]
-        if self.metrics.open_streams._value.get() >= self.settings.edge_max_streams:
+        if self.metrics.streams >= self.settings.edge_max_streams:
             return self._answer(
                 NO_VERDICT,
                 503,

@@ -46,6 +46,7 @@ class EdgeMetrics:
             buckets=SECONDS_BUCKETS,
             registry=registry,
         )
+        self.streams = 0  # what open_streams shows, readable without the registry
         for verdict in VERDICTS:
             for status in STATUSES:
                 self.requests.labels(verdict, status)

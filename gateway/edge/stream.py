@@ -35,6 +35,7 @@ async def run_frames(
 ) -> AsyncIterator[bytes]:
     """The run's events as SSE frames; counts the stream open while it is served."""
     metrics.open_streams.inc()
+    metrics.streams += 1
     forwarded_at = time.monotonic()
     end = "disconnected"  # unless the stream gets to its end
     try:
@@ -53,4 +54,5 @@ async def run_frames(
     finally:
         tap.unwatch(watch)
         metrics.open_streams.dec()
+        metrics.streams -= 1
         metrics.streams_ended.labels(end).inc()
