@@ -92,7 +92,13 @@ async def ns(kafka_bootstrap: str) -> Namespace:
 
 
 @pytest.fixture
-async def gateway(ns: Namespace, tmp_path: Path):
+async def replies(ns: Namespace, create_topics) -> str:
+    """A reply topic that exists before the gateway starts, so it knows it from the first request."""
+    return (await create_topics([f"{ns.prefix}.replies"], partitions=3))[0]
+
+
+@pytest.fixture
+async def gateway(ns: Namespace, replies: str, tmp_path: Path):
     process = await GatewayProcess(ns, tmp_path).start()
     yield process
     await process.stop()
@@ -198,9 +204,9 @@ async def test_no_gateway_times_out_then_a_restarted_gateway_replies(
 
 
 async def test_run_streams_the_forwarded_runs_typed_events(
-    ns: Namespace, gateway, create_topics
+    ns: Namespace, gateway, replies: str
 ) -> None:
-    reply_topic = (await create_topics([f"{ns.prefix}.replies-run"]))[0]
+    reply_topic = replies
     agent = SimulatedAgent(ns.bootstrap, ns.run_requests(AGENT), ns.events(AGENT))
     async with agent, GatewayClient(reply_topic=reply_topic, settings=settings_for(ns)) as client:
         first = [e async for e in client.run(AGENT, new_input("t-run", "r-1"), timeout=30)]
@@ -231,9 +237,9 @@ async def test_run_streams_the_forwarded_runs_typed_events(
 
 
 async def test_a_run_that_never_starts_ends_with_run_not_started(
-    ns: Namespace, gateway, create_topics
+    ns: Namespace, gateway, replies: str
 ) -> None:
-    reply_topic = (await create_topics([f"{ns.prefix}.replies-ns"]))[0]
+    reply_topic = replies
     async with GatewayClient(reply_topic=reply_topic, settings=settings_for(ns)) as client:
         stream = client.run(AGENT, new_input("t-idle"), timeout=30, start_timeout=1.0)
         with pytest.raises(RunNotStarted):
@@ -243,12 +249,12 @@ async def test_a_run_that_never_starts_ends_with_run_not_started(
         assert tap.watching == 0  # the watch is gone with the stream
 
 
-async def test_waits_are_independent_and_bounded(ns: Namespace, gateway, create_topics) -> None:
-    reply_topic = (await create_topics([f"{ns.prefix}.replies-many"], partitions=3))[0]
+async def test_waits_are_independent_and_bounded(ns: Namespace, gateway, replies: str) -> None:
+    reply_topic = replies
     async with GatewayClient(reply_topic=reply_topic, settings=settings_for(ns)) as client:
-        replies = await asyncio.gather(
+        answers = await asyncio.gather(
             *(client.send(AGENT, new_input(f"t-{i}", f"r-{i}"), timeout=60) for i in range(30))
         )
-        assert [r.run_id for r in replies] == [f"r-{i}" for i in range(30)]
-        assert all(isinstance(r, ForwardReply) for r in replies)
+        assert [r.run_id for r in answers] == [f"r-{i}" for i in range(30)]
+        assert all(isinstance(r, ForwardReply) for r in answers)
         assert client._rendezvous is not None and client._rendezvous.in_flight == 0
