@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+from aiokafka.errors import KafkaError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
@@ -106,6 +107,13 @@ class Edge:
             )
         except UnknownAgent as exc:
             return self._answer(NO_VERDICT, 404, {"error": "unknown_agent", "detail": str(exc)})
+        except KafkaError as exc:
+            log.warning("publishing failed", extra={"agent": agent, "error": repr(exc)})
+            return self._answer(
+                NO_VERDICT,
+                503,
+                {"error": "kafka_unavailable", "detail": f"the request was not published: {exc!r}"},
+            )
         except ReplyTimeout as exc:
             return self._answer(
                 NO_VERDICT,
