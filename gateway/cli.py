@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         help="put HTTP AG-UI agents behind the gateway: run-requests -> agent -> events",
     )
 
+    commands.add_parser(
+        "edge",
+        help="serve AG-UI over HTTP (POST /agents/{agent}) through the gateway on Kafka "
+        "(AGUI_GATEWAY_EDGE_* settings)",
+    )
+
     topics = commands.add_parser("topics", help="manage an agent's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     create = topic_commands.add_parser(
@@ -186,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.bridge.main import main as bridge_main
 
         return bridge_main(settings)
+    if args.command == "edge":
+        from gateway import edge
+
+        return edge.main(settings)
     if args.command == "topics":
         from gateway import topics_cli
 

@@ -1,0 +1,94 @@
+"""The reply models read the records the gateway writes (shapes as in the README)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from gateway.client import DuplicateReply, ForwardReply, RejectReply, parse_reply
+from gateway.core.codes import Reason, Rule, Verdict, Warn
+
+ENVELOPE = {"agent": "support", "threadId": "t-1", "runId": "run-2", "correlationId": "c-9"}
+AT = "2026-11-29T22:15:37.112+00:00"
+
+
+def test_forward_with_warnings() -> None:
+    reply = parse_reply(
+        orjson.dumps(
+            {
+                "verdict": "forward",
+                **ENVELOPE,
+                "warnings": [
+                    {"code": "unrecognised_entry", "detail": "d", "interruptId": "x"},
+                    {"code": "protocol_violation", "detail": "d", "rule": "first_event"},
+                ],
+                "at": AT,
+            }
+        )
+    )
+    assert isinstance(reply, ForwardReply) and reply.verdict is Verdict.FORWARD
+    assert [w.code for w in reply.warnings] == [Warn.UNRECOGNISED_ENTRY, Warn.PROTOCOL_VIOLATION]
+    assert reply.warnings[0].interrupt_id == "x"
+    assert reply.warnings[1].rule == Rule.FIRST_EVENT
+    assert reply.correlation_id == "c-9"
+
+
+def test_rejection_record_with_its_input_and_source() -> None:
+    record = {
+        "verdict": "reject",
+        **ENVELOPE,
+        "reasons": [{"code": "uncovered_interrupt", "detail": "d", "interruptId": "ask"}],
+        "warnings": [],
+        "input": {"threadId": "t-1", "runId": "run-2", "messages": []},
+        "at": AT,
+        "source": {"topic": "agui.support.requests", "partition": 2, "offset": 41},
+        "reasonsOmitted": 3,
+        "addedLater": {"kept": True},
+    }
+    reply = parse_reply(record)
+    assert isinstance(reply, RejectReply)
+    assert reply.codes() == [Reason.UNCOVERED_INTERRUPT]
+    assert reply.reasons_omitted == 3
+    assert reply.input["runId"] == "run-2"
+    assert reply.source == record["source"]
+    dumped = reply.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    assert dumped == record  # nothing lost, nothing added
+
+
+def test_rejection_of_undecodable_input_carries_the_text() -> None:
+    reply = parse_reply(
+        {
+            "verdict": "reject",
+            "agent": "support",
+            "threadId": None,
+            "runId": None,
+            "correlationId": None,
+            "reasons": [{"code": "malformed_input", "detail": "not JSON"}],
+            "warnings": [],
+            "input": None,
+            "inputText": "{oops",
+            "at": AT,
+            "source": {"topic": "t", "partition": 0, "offset": 1},
+        }
+    )
+    assert isinstance(reply, RejectReply)
+    assert (reply.thread_id, reply.input, reply.input_text) == (None, None, "{oops")
+
+
+def test_duplicate() -> None:
+    reply = parse_reply({"verdict": "duplicate", **ENVELOPE, "at": AT})
+    assert isinstance(reply, DuplicateReply) and reply.run_id == "run-2"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"verdict": "maybe", **ENVELOPE, "at": AT},
+        {"verdict": "reject", **ENVELOPE, "at": AT, "reasons": [{"code": "no_such_code"}]},
+        {"verdict": "forward", "at": AT},
+    ],
+)
+def test_what_is_not_a_reply_is_an_error(record: dict) -> None:
+    with pytest.raises(ValidationError):
+        parse_reply(record)
