@@ -247,6 +247,13 @@ def _check_payload(interrupt: InterruptRecord, payload: Any, index: int, found: 
             "payload not checked",
             interrupt_id=interrupt.id,
         )
+    elif result.could_not_check:
+        found.reject(
+            Reason.PAYLOAD_SCHEMA_MISMATCH,
+            f"payload for interrupt {interrupt.id!r}: {result.detail}",
+            interrupt_id=interrupt.id,
+            path=pointer("resume", index, "payload"),
+        )
     elif not result.ok:
         for where, message in result.problems:
             found.reject(

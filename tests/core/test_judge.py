@@ -455,6 +455,20 @@ def test_an_unusable_schema_warns_and_forwards(schema):
     assert decision.input == raw
 
 
+@pytest.mark.parametrize("depth", [10, 900, 1000])
+def test_a_deep_payload_against_a_usable_schema_is_rejected_never_forwarded(depth):
+    payload: list = []
+    for _ in range(depth - 1):
+        payload = [payload]
+    for schema in (APPROVAL_SCHEMA, {**APPROVAL_SCHEMA, "uniqueItems": True}):
+        raw = run_input([entry("int-1", payload=payload), entry("int-2")])
+        decision = decide(schema_state(schema), raw)
+        assert decision.verdict is Verdict.REJECT
+        assert codes(decision.reasons) == [str(Reason.PAYLOAD_SCHEMA_MISMATCH)]
+        assert decision.reasons[0].path.startswith("/resume/0/payload")
+        assert not only(decision.warnings, Warn.RESPONSE_SCHEMA_UNUSABLE)
+
+
 def test_an_unusable_schema_on_a_cancelled_entry_says_nothing():
     raw = run_input([entry("int-1", "cancelled"), entry("int-2")])
     assert decide(schema_state({"type": 12}), raw).warnings == ()
