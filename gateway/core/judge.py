@@ -23,6 +23,8 @@ from gateway.core.state import FORWARDS_KEPT, ForwardRecord, InterruptRecord, Ru
 from gateway.core.sweep import answered_ids
 
 _DEFAULT_POLICY = Policy()
+# Stripped members are each a warning up to this many; the rest are counted in one more.
+MAX_STRIP_WARNINGS = 50
 
 
 class _Findings:
@@ -90,7 +92,7 @@ def judge(
     ):
         return Decision(Verdict.DUPLICATE, thread_id=thread_id, run_id=run_id), state
 
-    for path, message in shape.stripped_unions:
+    for path, message in shape.stripped_unions[:MAX_STRIP_WARNINGS]:
         where = pointer(*path)
         found.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
@@ -98,9 +100,15 @@ def judge(
             path=where,
         )
     strip: list[Path] = list(shape.unknown)
-    for path in shape.unknown:
+    for path in shape.unknown[: max(0, MAX_STRIP_WARNINGS - len(shape.stripped_unions))]:
         where = pointer(*shape.original(path))
         found.warn(Warn.UNKNOWN_MEMBER_STRIPPED, f"unknown member {where} stripped", path=where)
+    unlisted = len(shape.stripped_unions) + len(shape.unknown) - MAX_STRIP_WARNINGS
+    if unlisted > 0:
+        found.warn(
+            Warn.UNKNOWN_MEMBER_STRIPPED,
+            f"{unlisted:,} more unknown or unrecognised members stripped (not listed one by one)",
+        )
 
     entries = model.resume or []
     by_id: dict[str, list[int]] = {}

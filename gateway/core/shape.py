@@ -32,22 +32,44 @@ class Shape:
     stripped_unions: list[tuple[Path, str]] = field(default_factory=list)  # in the raw input
     doc: dict[str, Any] | None = None  # the input with unrecognised union members removed
     removed: list[Path] = field(default_factory=list)  # union members removed, raw coordinates
+    raw: Any = None  # the input as received
+    # per list (raw coordinates): the raw positions of its elements still in `doc`
+    _survivors: dict[Path, list[int]] = field(default_factory=dict)
+
+    def remove(self, paths: list[Path]) -> None:
+        self.removed.extend(paths)
+        self._survivors.clear()
 
     def original(self, path: Path) -> Path:
-        """Where a path into `doc` points in the raw input (list positions shift back)."""
+        """Where a path into `doc` points in the raw input (list positions shift back).
+
+        Linear overall: each list's surviving positions are listed once.
+        """
         out: list[str | int] = []
         for part in path:
-            if isinstance(part, int):
+            if isinstance(part, int) and self.removed:
                 prefix = tuple(out)
-                for gone in sorted(
-                    r[-1]
-                    for r in self.removed
-                    if len(r) == len(prefix) + 1 and r[:-1] == prefix and isinstance(r[-1], int)
-                ):
-                    if gone <= part:
-                        part += 1
+                survivors = self._survivors.get(prefix)
+                if survivors is None:
+                    survivors = self._survivors[prefix] = self._surviving(prefix)
+                if 0 <= part < len(survivors):
+                    part = survivors[part]
             out.append(part)
         return tuple(out)
+
+    def _surviving(self, prefix: Path) -> list[int]:
+        gone = {
+            r[-1]
+            for r in self.removed
+            if len(r) == len(prefix) + 1 and r[:-1] == prefix and isinstance(r[-1], int)
+        }
+        try:
+            items = _at(self.raw, prefix)
+        except (KeyError, IndexError, TypeError):
+            return []
+        if not isinstance(items, list):
+            return []
+        return [i for i in range(len(items)) if i not in gone]
 
 
 def read_input(raw: dict[str, Any]) -> Shape:
@@ -57,13 +79,17 @@ def read_input(raw: dict[str, Any]) -> Shape:
     `type` the protocol does not define) are removed and the rest validated
     again; what then still fails is malformed.
     """
-    shape = Shape()
+    shape = Shape(raw=raw)
+    bad_tags = _non_text_tags(raw)
+    if bad_tags:
+        shape.malformed = bad_tags
+        return shape
     doc = raw
     for _ in range(MAX_UNION_STRIPS):
         try:
             model = RunAgentInput.model_validate(doc, strict=True, by_alias=True, by_name=False)
         except ValidationError as exc:
-            errors = exc.errors()
+            errors = exc.errors(include_url=False, include_input=False)
             tags: dict[Path, str] = {}
             for error in errors:
                 if error["type"] == "union_tag_invalid" and _tag_is_text(doc, error):
@@ -73,7 +99,7 @@ def read_input(raw: dict[str, Any]) -> Shape:
             if tags:
                 originals = [(shape.original(path), message) for path, message in tags.items()]
                 shape.stripped_unions.extend(originals)
-                shape.removed.extend(path for path, _ in originals)
+                shape.remove([path for path, _ in originals])
                 doc = remove_paths(doc, list(tags))
                 continue
             shape.malformed = _merged(
@@ -86,6 +112,44 @@ def read_input(raw: dict[str, Any]) -> Shape:
         return shape
     shape.malformed = [("", f"more than {MAX_UNION_STRIPS} unrecognised union members")]
     return shape
+
+
+_TAG_OF_PART = "type"
+
+
+def _non_text_tags(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """Union tags (a message `role`, a content part's or its source's `type`) that are
+    arrays or objects: malformed, found before validation.
+
+    The validator would print such a tag into its error message, and a tag nested
+    a thousand levels deep cannot be printed (its failure reaches stderr).
+    """
+    found: list[tuple[str, str]] = []
+    messages = raw.get("messages")
+    if not isinstance(messages, list):
+        return found
+    for m, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        if isinstance(message.get("role"), list | dict):
+            found.append(_not_text(("messages", m), "role"))
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for c, part in enumerate(content):
+            if not isinstance(part, dict):
+                continue
+            if isinstance(part.get(_TAG_OF_PART), list | dict):
+                found.append(_not_text(("messages", m, "content", c), _TAG_OF_PART))
+            source = part.get("source")
+            if isinstance(source, dict) and isinstance(source.get(_TAG_OF_PART), list | dict):
+                found.append(_not_text(("messages", m, "content", c, "source"), _TAG_OF_PART))
+    return found
+
+
+def _not_text(element: Path, tag: str) -> tuple[str, str]:
+    where = pointer(*element)
+    return where, f"{where}: its union tag `{tag}` must be a string, not an array or object"
 
 
 def _tag_is_text(doc: Any, error: Any) -> bool:

@@ -835,3 +835,20 @@ def test_unknown_member_paths_point_into_the_raw_input_after_a_union_strip():
     decision = decide(state_of(run_started(), run_finished()), raw)
     assert decision.verdict is Verdict.FORWARD
     assert sorted(w.path for w in decision.warnings) == ["/messages/0", "/messages/1/mood"]
+
+
+def test_thousands_of_stripped_members_are_warned_about_in_bounded_number():
+    from gateway.core.judge import MAX_STRIP_WARNINGS
+
+    raw = run_input()
+    raw["messages"] = [
+        {"id": f"u{i}", "role": "user", "content": "x", "extra": i} for i in range(500)
+    ]
+    raw["messages"] += [{"id": f"r{i}", "role": "robot", "content": "x"} for i in range(500)]
+    decision = decide(None, raw)
+    assert decision.verdict is Verdict.FORWARD
+    stripped = only(decision.warnings, Warn.UNKNOWN_MEMBER_STRIPPED)
+    assert len(stripped) == MAX_STRIP_WARNINGS + 1
+    assert stripped[-1].detail.startswith("950 more")
+    assert all("extra" not in m and m["role"] == "user" for m in decision.input["messages"])
+    assert len(decision.input["messages"]) == 500
