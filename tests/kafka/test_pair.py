@@ -496,7 +496,9 @@ def test_a_rejection_with_thousands_of_findings_stays_a_writable_record():
         assert len(record.value) <= MAX_RECORD_BYTES
         body = jsonio.loads(record.value)
         assert len(body["warnings"]) == MAX_CARRIED_FINDINGS
-        assert body["warningsOmitted"] == 12_001 - MAX_CARRIED_FINDINGS  # and one unrecognised
+        # the judge lists 50 stripped members, counts the other 11,950 in one warning, and
+        # warns of the unrecognised entry: 52 warnings, of which the record carries 50
+        assert body["warningsOmitted"] == 2
         assert [r["code"] for r in body["reasons"]] == ["uncovered_interrupt"]
 
 
@@ -589,3 +591,36 @@ def test_a_state_too_large_for_one_record_is_written_without_its_schemas():
         ("b", None, "answer me"),
     ]
     assert pair.store.get("t1") == written  # memory judges as a restart would
+
+
+def test_a_lifecycle_event_hidden_behind_a_duplicate_type_is_malformed_on_every_path():
+    # `type` twice: the fast path would count a TOOL_CALL_END, any JSON parser reads the last
+    # `type` (RUN_FINISHED). Neither: a record naming a member twice is malformed.
+    hidden = (
+        b'{"type":"TOOL_CALL_END","toolCallId":"x","type":"RUN_FINISHED","threadId":"t1",'
+        b'"runId":"r1","outcome":{"type":"interrupt","interrupts":[{"id":"a","reason":"x"}]}}'
+    )
+    pair, _ = make_pair()
+    f = Feed()
+    pair.take("events", [f.rec("events", started(), 10), f.rec("events", hidden, 11)])
+    pair.take("requests", [f.rec("requests", answer(), 30)])
+    pair.set_fence(events_end=2)
+    pair.process(events_position=2, mono_now=0.0, wall_ms=0)
+    warnings = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.warnings"]
+    assert [(w["code"], w["rule"]) for w in warnings] == [("protocol_violation", "malformed_event")]
+    assert "same member twice" in warnings[0]["detail"]
+    rejection = orjson.loads(next(r.value for r in pair.out if r.topic == "agui.rejections"))
+    assert [r["code"] for r in rejection["reasons"]] == ["run_active"]  # the run is still active
+
+
+def test_a_request_naming_a_member_twice_is_malformed_input():
+    pair, _ = make_pair()
+    f = Feed()
+    request = b'{"threadId":"t1","runId":"r2","messages":[],"resume":[],"resume":[]}'
+    pair.take("requests", [f.rec("requests", request, 5)])
+    pair.set_fence(0)
+    pair.process(0, 0, 0)
+    (rejection,) = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.rejections"]
+    assert [r["code"] for r in rejection["reasons"]] == ["malformed_input"]
+    assert "same member twice" in rejection["reasons"][0]["detail"]
+    assert rejection["inputText"] == request.decode()
