@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from gateway.core.jsontext import to_json
+from gateway.core.shape import remove_paths
 
 JSONDecodeError = orjson.JSONDecodeError
 verbatim = orjson.Fragment
@@ -154,6 +155,22 @@ def _exact(data: bytes) -> Any:
         ) from None
     except UnicodeDecodeError as exc:
         raise JSONDecodeError(f"not UTF-8: {exc}", "", 0) from None
+
+
+def without(data: bytes, paths: list[tuple[str | int, ...]]) -> bytes | None:
+    """`data` (read by `loads`) with the members at `paths` removed, every number token
+    written exactly as received (`1E9`, `-0`, `1e-400`, 20 significant digits).
+
+    None when the document is too deep for the standard library parser that keeps
+    the tokens (the caller then writes the decoded value).
+    """
+    if not paths:
+        return data
+    try:
+        tree = json.loads(data.decode("utf-8"), parse_float=verbatim, parse_int=verbatim)
+    except RecursionError:
+        return None
+    return to_json(remove_paths(tree, paths))
 
 
 def dumps(value: Any) -> bytes:

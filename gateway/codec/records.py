@@ -110,12 +110,14 @@ def original_input(
     """
     if value is None or len(value) > max_bytes:
         return raw_input(value, max_bytes)
-    if decoded is not NOT_DECODED:
-        return {"input": decoded}
-    try:
-        return {"input": jsonio.loads(value)}
-    except (jsonio.JSONDecodeError, jsonio.TooDeep):
-        return raw_input(value, max_bytes)
+    if decoded is NOT_DECODED:
+        try:
+            jsonio.loads(value)
+        except (jsonio.JSONDecodeError, jsonio.TooDeep):
+            return raw_input(value, max_bytes)
+    # read as JSON (at most jsonio.MAX_DEPTH levels): carried as the very bytes received,
+    # so every number stays as sent and the record stays within the depth the gateway reads
+    return {"input": jsonio.verbatim(value)}
 
 
 def raw_input(value: bytes | None, max_bytes: int) -> dict[str, Any]:

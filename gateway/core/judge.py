@@ -180,6 +180,7 @@ def judge(
         thread_id=thread_id,
         run_id=run_id,
         answers=tuple(answers),
+        removed=(*shape.removed, *(shape.original(path) for path in strip)),
     )
     return decision, _remember(state, thread_id, model.run_id, print_, answers, now_ms)
 
