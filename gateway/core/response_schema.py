@@ -40,7 +40,7 @@ MAX_PAYLOAD_BYTES = 256 * 1024  # a payload checked against a schema, as compact
 CHECK_BUDGET = 10_000_000
 # Building error details copies and walks far more than validating does: the
 # details are computed under this smaller budget, else one location ("") is reported.
-DETAIL_BUDGET = 1_000_000
+DETAIL_BUDGET = 6_000
 CACHE_BYTES = 16 * 1024 * 1024
 _COMPILED_BYTES_PER_SCHEMA_BYTE = 16  # estimate of a compiled validator's footprint
 _MASK = "the value"  # error messages never embed the payload (bounded, no copies)

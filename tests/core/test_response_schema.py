@@ -205,10 +205,10 @@ def test_the_verdict_on_a_schema_is_cached_and_the_cache_is_bounded_by_bytes():
 
 def test_errors_are_capped_and_never_embed_the_payload():
     schema = {"items": {"type": "string"}}
-    payload = [n for n in range(1000)]
+    payload = [n + 1000 for n in range(300)]
     result = check(schema, payload)
     assert len(result.problems) == MAX_ERRORS
-    assert all("999" not in message for _, message in result.problems)
+    assert all("100" not in message for _, message in result.problems)
 
 
 def test_a_large_breaking_payload_is_reported_without_details():
