@@ -36,33 +36,36 @@ class Shape:
     # per list (raw coordinates): the raw positions of its elements still in `doc`
     _survivors: dict[Path, list[int]] = field(default_factory=dict)
 
+    # per list (raw coordinates): the raw positions removed from it
+    _gone: dict[Path, set[int]] = field(default_factory=dict)
+
     def remove(self, paths: list[Path]) -> None:
         self.removed.extend(paths)
+        for path in paths:
+            if path and isinstance(path[-1], int):
+                self._gone.setdefault(path[:-1], set()).add(path[-1])
         self._survivors.clear()
 
     def original(self, path: Path) -> Path:
         """Where a path into `doc` points in the raw input (list positions shift back).
 
-        Linear overall: each list's surviving positions are listed once.
+        Linear overall: each list that lost elements has its survivors listed once.
         """
         out: list[str | int] = []
         for part in path:
-            if isinstance(part, int) and self.removed:
+            if isinstance(part, int) and self._gone:
                 prefix = tuple(out)
-                survivors = self._survivors.get(prefix)
-                if survivors is None:
-                    survivors = self._survivors[prefix] = self._surviving(prefix)
-                if 0 <= part < len(survivors):
-                    part = survivors[part]
+                gone = self._gone.get(prefix)
+                if gone:
+                    survivors = self._survivors.get(prefix)
+                    if survivors is None:
+                        survivors = self._survivors[prefix] = self._surviving(prefix, gone)
+                    if 0 <= part < len(survivors):
+                        part = survivors[part]
             out.append(part)
         return tuple(out)
 
-    def _surviving(self, prefix: Path) -> list[int]:
-        gone = {
-            r[-1]
-            for r in self.removed
-            if len(r) == len(prefix) + 1 and r[:-1] == prefix and isinstance(r[-1], int)
-        }
+    def _surviving(self, prefix: Path, gone: set[int]) -> list[int]:
         try:
             items = _at(self.raw, prefix)
         except (KeyError, IndexError, TypeError):

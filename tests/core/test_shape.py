@@ -190,3 +190,19 @@ def test_stripping_thousands_of_members_maps_every_path_back_to_the_raw_input():
     originals = [shape.original(p) for p in shape.unknown]
     assert originals == [("messages", 2 * i + 1, "extra") for i in range(3000)]
     assert all(raw["messages"][p[1]]["extra"] == p[1] // 2 for p in originals)
+
+
+def test_stripped_content_parts_map_back_within_each_message():
+    raw = run_input()
+    part = {"type": "text", "text": "x"}
+    raw["messages"] = [
+        {"id": f"u{i}", "role": "user", "content": [{"type": "hologram"}, {**part, "z": i}]}
+        for i in range(2000)
+    ]
+    shape = read_input(raw)
+    assert shape.model is not None
+    assert [p for p, _ in shape.stripped_unions] == [
+        ("messages", i, "content", 0) for i in range(2000)
+    ]
+    originals = [shape.original(p) for p in shape.unknown]
+    assert originals == [("messages", i, "content", 1, "z") for i in range(2000)]
