@@ -88,6 +88,11 @@ def read_input(raw: dict[str, Any]) -> Shape:
         shape.malformed = bad_tags
         return shape
     doc = raw
+    known = _unknown_tags(raw)
+    if known:  # found by one pass over the messages, not by a failed validation
+        shape.stripped_unions.extend(known.items())
+        shape.remove(list(known))
+        doc = remove_paths(raw, list(known))
     for _ in range(MAX_UNION_STRIPS):
         try:
             model = RunAgentInput.model_validate(doc, strict=True, by_alias=True, by_name=False)
@@ -147,6 +152,88 @@ def _non_text_tags(raw: dict[str, Any]) -> list[tuple[str, str]]:
             source = part.get("source")
             if isinstance(source, dict) and isinstance(source.get(_TAG_OF_PART), list | dict):
                 found.append(_not_text(("messages", m, "content", c, "source"), _TAG_OF_PART))
+    return found
+
+
+@cache
+def _union_tags() -> dict[tuple[str, ...], tuple[str, ...]]:
+    """The tags of RunAgentInput's tagged unions, by where they are met.
+
+    () the message roles; (role,) the content part types of that role's
+    messages; (role, part type) the source types of such a part. Read from the
+    protocol's own validator, so a protocol release brings its tags along.
+    """
+    found: dict[tuple[str, ...], tuple[str, ...]] = {}
+    stack: list[tuple[Any, tuple[str, ...]]] = [(RunAgentInput.__pydantic_core_schema__, ())]
+    while stack:
+        node, names = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "tagged-union" and isinstance(node.get("choices"), dict):
+                if len(names) == 1:
+                    found[()] = tuple(node["choices"])
+                elif names[-1:] == ("content",) and len(names) >= 3:
+                    found[(names[-2],)] = tuple(node["choices"])
+                elif names[-1:] == ("source",) and len(names) >= 5:
+                    found[(names[-4], names[-2])] = tuple(node["choices"])
+            for key, value in node.items():
+                if isinstance(value, dict | list):
+                    named = key not in _SCHEMA_WORDS and isinstance(key, str)
+                    stack.append((value, (*names, key) if named else names))
+        elif isinstance(node, list):
+            stack.extend((value, names) for value in node if isinstance(value, dict | list))
+    return found
+
+
+_SCHEMA_WORDS = frozenset(
+    {"schema", "choices", "fields", "items_schema", "definitions", "metadata", "type"}
+)
+
+
+def _tag_message(tag: str, name: str, choices: tuple[str, ...]) -> str:
+    expected = ", ".join(f"'{c}'" for c in choices)
+    return f"Input tag '{tag}' found using '{name}' does not match any of the expected tags: {expected}"
+
+
+def _unknown_tags(raw: dict[str, Any]) -> dict[Path, str]:
+    """Elements whose union tag is a string the protocol does not define, in one pass.
+
+    The same elements a failed validation would name (`union_tag_invalid`), found
+    without validating twice and without one error object per element.
+    """
+    unions = _union_tags()
+    roles = unions.get(())
+    found: dict[Path, str] = {}
+    messages = raw.get("messages")
+    if not roles or not isinstance(messages, list):
+        return found
+    for m, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if not isinstance(role, str):
+            continue
+        if role not in roles:
+            found[("messages", m)] = _tag_message(role, "role", roles)
+            continue
+        parts = unions.get((role,))
+        content = message.get("content")
+        if not parts or not isinstance(content, list):
+            continue
+        for c, part in enumerate(content):
+            kind = part.get(_TAG_OF_PART) if isinstance(part, dict) else None
+            if not isinstance(kind, str):
+                continue
+            if kind not in parts:
+                found[("messages", m, "content", c)] = _tag_message(kind, _TAG_OF_PART, parts)
+                continue
+            sources = unions.get((role, kind))
+            source = part.get("source")
+            if sources and isinstance(source, dict):
+                tag = source.get(_TAG_OF_PART)
+                if isinstance(tag, str) and tag not in sources:
+                    found[("messages", m, "content", c, "source")] = _tag_message(
+                        tag, _TAG_OF_PART, sources
+                    )
     return found
 
 

@@ -19,7 +19,7 @@ from gateway.core.response_schema import prepare
 from tests.core.hostile import APPROVAL, CASES, THREAD, chain, interrupted_with, nested
 
 # A guard, not the goal: each of these shapes cost 2 s to 27 s of CPU before its fix; the
-# slowest now costs ~0.3 s on a loaded 2-core machine (README, "Limits"). The best of three
+# slowest now costs ~0.13 s on a loaded 2-core machine (README, "Limits"). The best of three
 # runs is compared, so one preempted run does not fail the test.
 CPU_GUARD_S = 1.0
 

@@ -206,3 +206,28 @@ def test_stripped_content_parts_map_back_within_each_message():
     ]
     originals = [shape.original(p) for p in shape.unknown]
     assert originals == [("messages", i, "content", 1, "z") for i in range(2000)]
+
+
+def test_the_one_pass_finds_exactly_the_tags_validation_would_name():
+    from ag_ui.core import RunAgentInput
+    from pydantic import ValidationError
+
+    from gateway.core.shape import _raw_path, _unknown_tags
+
+    raw = run_input()
+    raw["messages"] = [
+        {"id": "1", "role": "robot", "content": "x"},
+        {"id": "2", "role": "user", "content": [{"type": "holo"}, {"type": "text", "text": "t"}]},
+        {"id": "3", "role": "user", "content": [{"type": "image", "source": {"type": "ftp"}}]},
+        {"id": "4", "role": "tool", "toolCallId": "c", "content": [{"type": "smell"}]},
+        {"id": "5", "role": "assistant", "content": [{"type": "holo"}]},
+    ]
+    with pytest.raises(ValidationError) as caught:
+        RunAgentInput.model_validate(raw, strict=True, by_alias=True, by_name=False)
+    named = {
+        _raw_path(raw, e["loc"]): e["msg"]
+        for e in caught.value.errors(include_url=False, include_input=False)
+        if e["type"] == "union_tag_invalid"
+    }
+    assert _unknown_tags(raw) == named
+    assert len(named) == 4
