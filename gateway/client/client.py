@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ag_ui.core import BaseEvent, Event, RunAgentInput
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from pydantic import TypeAdapter, ValidationError
 
@@ -41,6 +41,7 @@ from gateway.client.replies import DuplicateReply, ForwardReply, RejectReply
 from gateway.client.runs import RunEvent, RunTap, RunWatch
 from gateway.codec import jsonio
 from gateway.codec.records import HEADER_CORRELATION_ID, HEADER_REPLY_TO
+from gateway.kafka import clients
 from gateway.settings import Settings
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(Event)
@@ -106,10 +107,6 @@ class GatewayClient:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def _kafka(self) -> dict[str, Any]:
-        s = self.settings
-        return {"bootstrap_servers": s.bootstrap_servers, **s.kafka_security()}
-
     async def start(self) -> None:
         s = self.settings
         if self.create_reply_topic:
@@ -118,19 +115,16 @@ class GatewayClient:
                 # The gateway checks a reply topic against its metadata, refreshed every
                 # discovery_interval_ms: until then it would answer reply_topic_unknown.
                 self._send_after = time.monotonic() + s.discovery_interval_ms / 1000 + 1.0
-        self._producer = AIOKafkaProducer(
-            client_id=f"{s.client_id}-client",
-            acks="all",
-            enable_idempotence=True,
-            **self._kafka(),
+        self._producer = clients.producer(
+            s, client_id=f"{s.client_id}-client", acks="all", enable_idempotence=True
         )
         await self._producer.start()
         self._rendezvous = Rendezvous(
-            AIOKafkaConsumer(
+            clients.consumer(
+                s,
                 client_id=f"{s.client_id}-client-replies",
                 isolation_level="read_committed",
                 enable_auto_commit=False,
-                **self._kafka(),
             ),
             self.reply_topic,
         )
@@ -169,7 +163,7 @@ class GatewayClient:
 
     async def _ensure_reply_topic(self) -> bool:
         """Create the reply topic if missing; True when this call created it."""
-        admin = AIOKafkaAdminClient(client_id=f"{self.settings.client_id}-client", **self._kafka())
+        admin = clients.admin(self.settings, client_id=f"{self.settings.client_id}-client")
         await admin.start()
         try:
             existing = await admin.list_topics()
@@ -291,11 +285,11 @@ class GatewayClient:
             if tap is None:
                 s = self.settings
                 tap = RunTap(
-                    AIOKafkaConsumer(
+                    clients.consumer(
+                        s,
                         client_id=f"{s.client_id}-client-events",
                         isolation_level="read_committed",
                         enable_auto_commit=False,
-                        **self._kafka(),
                     ),
                     s.topic(s.events_topic, agent),
                     self.event_buffer,

@@ -1,11 +1,21 @@
 """Reading and writing JSON bytes without changing any value.
 
 orjson is strict (RFC 8259: no NaN, no lone surrogates, UTF-8 only, nesting up
-to 1024 levels) and fast, and is the gateway's definition of valid JSON. It
-reads integers beyond 64 bits as floats, though, which would alter a number a
-service sent. A document with a run of 19 or more digits is therefore read
-again by the standard library, which keeps every integer exact. Writing goes
-through `gateway.core.jsontext`, which writes any value read here.
+to 1024 levels) and fast, and is the gateway's definition of valid JSON, with
+two readings of its own:
+
+- Integers are exact. orjson reads integers beyond 64 bits as floats and
+  refuses those beyond a double's range (10^309 and above); a document with a
+  run of 19 or more digits is therefore read by the standard library, which
+  keeps every integer exact. A float beyond a double's range (`1e400`) stays
+  refused.
+- A duplicate member name in any object makes the document unreadable
+  (`DuplicateKey`). RFC 8259 leaves the reading of `{"a":1,"a":2}` to each
+  parser; the gateway takes none, so that it cannot read a record one way on
+  one path and another way on another.
+
+Writing goes through `gateway.core.jsontext`, which writes any value read here;
+`verbatim` marks bytes to be written as they are (a number token, a whole input).
 """
 
 from __future__ import annotations
@@ -16,32 +26,151 @@ from typing import Any
 import orjson
 
 from gateway.core.jsontext import to_json
+from gateway.core.shape import remove_paths
 
 JSONDecodeError = orjson.JSONDecodeError
+verbatim = orjson.Fragment
 
 # 2**63 has 19 digits: a shorter run is always an exact 64-bit integer (or part of a float).
 # Found by mapping every digit to "0" and the rest to " ": several times faster than a
 # regular expression, which tries each position in turn.
 _DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _LONG_RUN = b"0" * 19
+_WHITESPACE = b" \t\n\r"
+# Every record the gateway reads nests at most this deep, so that what it writes around
+# one (a reply or rejection carrying the input, 2 or 3 levels more) stays within the
+# 1024 levels orjson, and so the gateway itself, reads.
+MAX_DEPTH = 1000
 
 
 class TooDeep(ValueError):
-    """Valid JSON with big integers nested too deep to be read exactly."""
+    """Valid JSON nested deeper than the gateway reads (MAX_DEPTH, or for integers beyond
+    64 bits, as deep as the standard library parser reaches)."""
+
+
+class DuplicateKey(JSONDecodeError):
+    """An object of the document names one member twice: not read, like any invalid JSON."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or _DUPLICATE, "", 0)
+
+    def __str__(self) -> str:
+        return str(self.msg)
 
 
 def loads(data: bytes) -> Any:
-    """The JSON value of `data`; raises JSONDecodeError (not JSON) or TooDeep."""
-    value = orjson.loads(data)
-    if _LONG_RUN not in data.translate(_DIGITS_ONLY):
-        return value
+    """The JSON value of `data`; raises JSONDecodeError (not JSON; DuplicateKey
+    is one) or TooDeep."""
     try:
-        return json.loads(data.decode("utf-8"))  # orjson validated it: same document
+        value = orjson.loads(data)
+    except JSONDecodeError as exc:
+        if not str(exc).startswith("number is infinity") or not _has_long_run(data):
+            raise
+        return _exact(data)  # an integer beyond a double's range; a float there stays refused
+    if _has_long_run(data):
+        return _exact(data)
+    try:
+        members = _members(orjson.dumps(value))
+    except orjson.JSONEncodeError:  # deeper than orjson writes (254 levels)
+        _check_depth(data)
+        members = _members_of(value)
+    if _members(data) != members:
+        raise DuplicateKey
+    return value
+
+
+def _check_depth(data: bytes) -> None:
+    """TooDeep beyond MAX_DEPTH levels: orjson reads 1024, so 24 more must still read."""
+    pad = 1024 - MAX_DEPTH
+    try:
+        orjson.loads(b"[" * pad + data + b"]" * pad)
+    except JSONDecodeError:
+        raise TooDeep(f"nested deeper than {MAX_DEPTH} levels") from None
+
+
+def _members_of(value: Any) -> int:
+    """How many object members a decoded value holds (iterative: any depth)."""
+    count = 0
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            count += len(node)
+            stack.extend(v for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, dict | list))
+    return count
+
+
+_DUPLICATE = "an object names the same member twice (duplicate keys are not read)"
+
+
+def _has_long_run(data: bytes) -> bool:
+    return _LONG_RUN in data.translate(_DIGITS_ONLY)
+
+
+def _members(text: bytes) -> int:
+    """How many object members valid JSON text holds, counted without parsing it.
+
+    A member's name ends with a quote that is followed (after whitespace) by a
+    colon and not escaped, i.e. preceded by an even run of backslashes. Inside
+    a string a raw quote is always escaped, and whitespace next to a backslash
+    is invalid, so deleting whitespace and then escaped backslashes (pairs)
+    leaves `":` exactly at member names and `\\":` at escaped quotes.
+    """
+    bare = text.translate(None, _WHITESPACE).replace(b"\\\\", b"")
+    return bare.count(b'":') - bare.count(b'\\":')
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise DuplicateKey
+    return found
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise JSONDecodeError(f"number is infinity when parsed as double: {text[:40]}", text, 0)
+    return number
+
+
+def _constant(text: str) -> Any:
+    raise JSONDecodeError(f"not JSON: {text}", text, 0)
+
+
+def _exact(data: bytes) -> Any:
+    try:
+        return json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_object,
+            parse_float=_finite,
+            parse_constant=_constant,
+        )
     except RecursionError:
         raise TooDeep(
             "integers beyond 64 bits nested too deep to be read exactly "
             "(the standard library parser ran out of stack)"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise JSONDecodeError(f"not UTF-8: {exc}", "", 0) from None
+
+
+def without(data: bytes, paths: list[tuple[str | int, ...]]) -> bytes | None:
+    """`data` (read by `loads`) with the members at `paths` removed, every number token
+    written exactly as received (`1E9`, `-0`, `1e-400`, 20 significant digits).
+
+    None when the document is too deep for the standard library parser that keeps
+    the tokens (the caller then writes the decoded value).
+    """
+    if not paths:
+        return data
+    try:
+        tree = json.loads(data.decode("utf-8"), parse_float=verbatim, parse_int=verbatim)
+    except RecursionError:
+        return None
+    return to_json(remove_paths(tree, paths))
 
 
 def dumps(value: Any) -> bytes:

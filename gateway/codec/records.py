@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.codec import jsonio
+from gateway.core.classify import KNOWN_TYPES, EventKind, classify
 
 TIMESTAMP_LOG_APPEND = 1
 
@@ -104,6 +105,8 @@ def decode_json(value: bytes | None) -> Any:
         raise Undecodable("the record has no value (null)")
     try:
         return jsonio.loads(value)
+    except jsonio.DuplicateKey as exc:
+        raise Undecodable(f"the record value is not read: {exc}") from None
     except jsonio.JSONDecodeError as exc:
         try:
             value.decode("utf-8")
@@ -128,12 +131,14 @@ def original_input(
     """
     if value is None or len(value) > max_bytes:
         return raw_input(value, max_bytes)
-    if decoded is not NOT_DECODED:
-        return {"input": decoded}
-    try:
-        return {"input": jsonio.loads(value)}
-    except (jsonio.JSONDecodeError, jsonio.TooDeep):
-        return raw_input(value, max_bytes)
+    if decoded is NOT_DECODED:
+        try:
+            jsonio.loads(value)
+        except (jsonio.JSONDecodeError, jsonio.TooDeep):
+            return raw_input(value, max_bytes)
+    # read as JSON (at most jsonio.MAX_DEPTH levels): carried as the very bytes received,
+    # so every number stays as sent and the record stays within the depth the gateway reads
+    return {"input": jsonio.verbatim(value)}
 
 
 def raw_input(value: bytes | None, max_bytes: int) -> dict[str, Any]:
@@ -165,6 +170,28 @@ def peek_type(value: bytes | None) -> str | None:
         return value[len(_TYPE_PREFIX) : end].decode("ascii")
     except UnicodeDecodeError:
         return None
+
+
+_STREAM_TYPES = {t.encode(): t for t in KNOWN_TYPES if classify(t) is EventKind.STREAM}
+_SECOND_TYPE_FROM = len(b'{"type')  # past the opening member's name
+
+
+def stream_type(value: bytes | None) -> str | None:
+    """The streaming event type of a record read without parsing it, or None: parse it.
+
+    Only a record opening with `{"type":"<a streaming type>"` whose text holds
+    no other `"type"` qualifies. A record naming `type` twice (or holding the
+    text `"type"` anywhere else) is left to the full decode, which rejects
+    duplicate member names: both paths read every record alike (an event the
+    fast path counts can only be a streaming event or unreadable, never one
+    that changes a thread's state).
+    """
+    if value is None or not value.startswith(_TYPE_PREFIX):
+        return None
+    name = _STREAM_TYPES.get(value[len(_TYPE_PREFIX) : value.find(b'"', len(_TYPE_PREFIX), 80)])
+    if name is None or value.find(b'"type"', _SECOND_TYPE_FROM) >= 0:
+        return None
+    return name
 
 
 dumps = jsonio.dumps

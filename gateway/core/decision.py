@@ -40,6 +40,8 @@ class Decision:
     thread_id: str | None = None
     run_id: str | None = None
     answers: tuple[Answer, ...] = ()
+    # on forward: where members were removed from the input, in the input as received
+    removed: tuple[tuple[str | int, ...], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The `agui-gateway check` / reply form of the decision."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from datetime import date, timedelta
 from enum import Enum
-from functools import lru_cache
+
+from gateway.core.bytecache import ByteLRU
 
 
 class Expiry(Enum):
@@ -20,15 +21,28 @@ class Expiry(Enum):
     UNREADABLE = "unreadable"
 
 
-@lru_cache(maxsize=4096)
+_READ_LIMIT = 64  # longer text is no ISO 8601 time
+_CACHE_BYTES = 1024 * 1024
+_NO_TIME = -1 << 80  # cached "unreadable" (no real time is this early)
+_cache: ByteLRU[str, int] = ByteLRU(_CACHE_BYTES)
+
+
 def expires_at_ms(value: str) -> int | None:
     """Epoch milliseconds of an ISO 8601 `expiresAt`, or None if unreadable.
 
     A time between two milliseconds rounds up: an interrupt is never judged
-    expired before its own time.
+    expired before its own time. Readings are cached by the bytes they hold;
+    a value too long to be a time is never read, nor kept.
     """
-    micros = iso_micros(value)
-    return None if micros is None else -(-micros // 1000)
+    text = value.strip()
+    if len(text) > _READ_LIMIT:
+        return None
+    known = _cache.get(text)
+    if known is None:
+        micros = iso_micros(text)
+        known = _NO_TIME if micros is None else -(-micros // 1000)
+        _cache.put(text, known, len(text) + 100)
+    return None if known == _NO_TIME else known
 
 
 _DATE_ORDINAL = re.compile(r"(\d{4})-?(\d{3})")
@@ -90,7 +104,7 @@ def iso_micros(value: str) -> int | None:
     the microsecond; both would judge an interrupt expired before its time.
     """
     text = value.strip()
-    if not text or len(text) > 64:
+    if not text or len(text) > _READ_LIMIT:
         return None
     date_text, separator, time_text = text.replace("t", "T").replace(" ", "T", 1).partition("T")
     day = _date(date_text)

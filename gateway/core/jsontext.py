@@ -3,7 +3,8 @@
 orjson writes most values, fast. It refuses two kinds of valid JSON values:
 integers beyond 64 bits and nesting deeper than 254 levels (it reads up to
 1024). Those are written by a small iterative encoder instead, so no value the
-gateway has read is ever impossible to write back.
+gateway has read is ever impossible to write back. An `orjson.Fragment` (text
+kept as received, such as a number token) is written as it is.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class _Token(str):
 
 
 def _scalar(item: object) -> str:
+    if isinstance(item, orjson.Fragment):  # text kept as received (a number token)
+        return orjson.dumps(item).decode()
     if isinstance(item, str):
         return json.dumps(item, ensure_ascii=False)
     if item is None or isinstance(item, bool | int | float):

@@ -30,6 +30,8 @@ from gateway.core.state import (
 from gateway.core.sweep import answered_ids
 
 _DEFAULT_POLICY = Policy()
+# Stripped members are each a warning up to this many; the rest are counted in one more.
+MAX_STRIP_WARNINGS = 50
 
 
 class _Findings:
@@ -97,7 +99,7 @@ def judge(
     ):
         return Decision(Verdict.DUPLICATE, thread_id=thread_id, run_id=run_id), state
 
-    for path, message in shape.stripped_unions:
+    for path, message in shape.stripped_unions[:MAX_STRIP_WARNINGS]:
         where = pointer(*path)
         found.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
@@ -105,9 +107,15 @@ def judge(
             path=where,
         )
     strip: list[Path] = list(shape.unknown)
-    for path in shape.unknown:
+    for path in shape.unknown[: max(0, MAX_STRIP_WARNINGS - len(shape.stripped_unions))]:
         where = pointer(*shape.original(path))
         found.warn(Warn.UNKNOWN_MEMBER_STRIPPED, f"unknown member {where} stripped", path=where)
+    unlisted = len(shape.stripped_unions) + len(shape.unknown) - MAX_STRIP_WARNINGS
+    if unlisted > 0:
+        found.warn(
+            Warn.UNKNOWN_MEMBER_STRIPPED,
+            f"{unlisted:,} more unknown or unrecognised members stripped (not listed one by one)",
+        )
 
     entries = model.resume or []
     by_id: dict[str, list[int]] = {}
@@ -179,6 +187,7 @@ def judge(
         thread_id=thread_id,
         run_id=run_id,
         answers=tuple(answers),
+        removed=(*shape.removed, *(shape.original(path) for path in strip)),
     )
     return decision, _remember(state, thread_id, model.run_id, print_, answers, now_ms)
 
@@ -253,6 +262,13 @@ def _check_payload(interrupt: InterruptRecord, payload: Any, index: int, found: 
             f"responseSchema of interrupt {interrupt.id!r} cannot be used ({result.detail}); "
             "payload not checked",
             interrupt_id=interrupt.id,
+        )
+    elif result.could_not_check:
+        found.reject(
+            Reason.PAYLOAD_SCHEMA_MISMATCH,
+            f"payload for interrupt {interrupt.id!r}: {result.detail}",
+            interrupt_id=interrupt.id,
+            path=pointer("resume", index, "payload"),
         )
     elif not result.ok:
         for where, message in result.problems:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.codec import changelog
+from gateway.codec.jsonio import without
 from gateway.codec.records import (
     HEADER_CORRELATION_ID,
     HEADER_REPLY_TO,
@@ -32,6 +33,7 @@ from gateway.codec.records import (
     peek_type,
     raw_input,
     source_of,
+    stream_type,
 )
 from gateway.core import (
     Change,
@@ -46,7 +48,6 @@ from gateway.core import (
     apply_event,
     judge,
 )
-from gateway.core.classify import KNOWN_TYPES, EventKind, classify
 from gateway.core.findings import Finding
 from gateway.core.sweep import expire_due
 from gateway.kafka.topics import LEGAL_TOPIC, AgentTopics
@@ -57,10 +58,6 @@ from gateway.state.store import ThreadStore
 
 log = logging.getLogger("gateway.pair")
 
-# Streaming event types by their bytes as they follow `{"type":"` in a record:
-# the hot path counts them without parsing when their thread's run is active.
-_STREAM_TYPES = {t.encode(): t for t in KNOWN_TYPES if classify(t) is EventKind.STREAM}
-_TYPE_PREFIX = b'{"type":"'
 
 # A rejection carries the original request up to this size; a larger one is
 # referenced by `source` instead, so the record always fits the topic's limit.
@@ -268,12 +265,9 @@ class PartitionPair:
         """Apply every buffered event: deltas of active runs are only counted."""
         counts = self._event_counts
         active = self._active
-        stream = _STREAM_TYPES
-        prefix = _TYPE_PREFIX
         for record in events:
-            value = record.value
-            if value is not None and value.startswith(prefix) and record.key in active:
-                name = stream.get(value[9 : value.find(b'"', 9, 80)])
+            if record.key in active:
+                name = stream_type(record.value)
                 if name is not None:
                     counts[name] += 1
                     continue
@@ -296,14 +290,11 @@ class PartitionPair:
             )
             return
         state = self.store.get(thread_id)
-        if (
-            peeked is not None
-            and state is not None
-            and state.status is RunStatus.ACTIVE
-            and classify(peeked) is EventKind.STREAM
-        ):
-            self._event_counts[peeked] += 1  # the hot path: a delta inside an active run
-            return
+        if state is not None and state.status is RunStatus.ACTIVE:
+            name = stream_type(record.value)
+            if name is not None:
+                self._event_counts[name] += 1  # the hot path: a delta inside an active run
+                return
         exc = self._guarded(
             lambda: self._apply_decoded(record, thread_id, state),
             "internal error applying an event; the thread's state is left as it was",
@@ -415,7 +406,10 @@ class PartitionPair:
                 decision, new = judge(state, raw, now_ms, self.policy, thread_id)
         forward: bytes | None = None
         if decision.verdict is Verdict.FORWARD:
-            forward = dumps(decision.input)
+            # the bytes received, less what was stripped: every value exactly as sent
+            forward = without(record.value or b"", list(decision.removed))
+            if forward is None:
+                forward = dumps(decision.input)
             if len(forward) > MAX_RECORD_BYTES:
                 decision = _too_large(decision, len(forward))
                 forward, new = None, None  # not forwarded: nothing to remember

@@ -52,3 +52,54 @@ def test_deep_documents_round_trip():
 def test_big_integers_too_deep_for_an_exact_read_are_a_clear_error():
     with pytest.raises(jsonio.TooDeep, match="beyond 64 bits"):
         jsonio.loads(nested_text(1020, b"123456789012345678901234567890"))
+
+
+def test_integers_beyond_a_doubles_range_are_read_exactly():
+    text = b'{"n":1' + b"0" * 400 + b',"m":-1' + b"0" * 309 + b"}"
+    assert jsonio.loads(text) == {"n": 10**400, "m": -(10**309)}
+
+
+def test_floats_beyond_a_doubles_range_stay_refused():
+    with pytest.raises(jsonio.JSONDecodeError):
+        jsonio.loads(b"[1e400, 1" + b"0" * 400 + b"]")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"a":1,"a":1}',
+        b'{"x":[{"b":1,"c":{"d":2,"d" : 3}}]}',
+        b'{"\\u0061":1,"a":2}',
+        b'{"a":1,"a":2,"big":1' + b"0" * 30 + b"}",
+        nested_text(300, b'{"a":1,"a":2}'),
+    ],
+)
+def test_a_duplicate_member_name_is_never_read(text):
+    with pytest.raises(jsonio.DuplicateKey, match="same member twice"):
+        jsonio.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"a\\\\":1,"a\\"":2,"a":3}',
+        b'{"k\\":":1,"k":2}',
+        b'{"a" :\n1, "b"\t: {"a": 1}}',
+        nested_text(300, b'{"a":1,"b":2}'),
+    ],
+)
+def test_distinct_names_are_read_whatever_their_escapes_and_spacing(text):
+    jsonio.loads(text)
+
+
+def test_documents_deeper_than_the_gateway_reads_are_refused_clearly():
+    jsonio.loads(nested_text(jsonio.MAX_DEPTH, b"1"))
+    with pytest.raises(jsonio.TooDeep, match="deeper than 1000"):
+        jsonio.loads(nested_text(jsonio.MAX_DEPTH + 1, b"1"))
+
+
+def test_without_removes_members_and_keeps_every_number_token():
+    text = b'{"a":[1E9,-0,1e-400,1.00000000000000000001],"b":{"c":2.50,"d":1},"e":[1,2,3]}'
+    assert jsonio.without(text, []) is text
+    kept = jsonio.without(text, [("b", "d"), ("e", 1)])
+    assert kept == b'{"a":[1E9,-0,1e-400,1.00000000000000000001],"b":{"c":2.50},"e":[1,3]}'

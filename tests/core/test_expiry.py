@@ -7,6 +7,7 @@ from datetime import timedelta, timezone
 
 import pytest
 
+from gateway.core import expiry
 from gateway.core.expiry import Expiry, expires_at_ms, judge
 from tests.core.factories import NOW, NOW_MS
 
@@ -46,13 +47,13 @@ def test_no_offset_means_utc_whatever_the_local_zone(monkeypatch):
     if hasattr(time, "tzset"):
         time.tzset()
     try:
-        expires_at_ms.cache_clear()
+        expiry._cache.clear()
         assert expires_at_ms("2025-06-01T12:00:00") == NOON_MS
     finally:
         monkeypatch.undo()
         if hasattr(time, "tzset"):
             time.tzset()
-        expires_at_ms.cache_clear()
+        expiry._cache.clear()
 
 
 @pytest.mark.parametrize(
@@ -171,3 +172,12 @@ def test_a_fraction_below_the_microsecond_is_never_cut_off(text):
 )
 def test_forms_iso_8601_does_not_allow_are_unreadable(text):
     assert expires_at_ms(text) is None
+
+
+def test_the_reading_cache_is_bounded_by_bytes_and_keeps_no_long_value():
+    huge = "2025-06-01T12:00:00Z" + " " * 1_000_000 + "x"
+    assert expires_at_ms(huge) is None
+    for n in range(20_000):
+        expires_at_ms(f"2025-06-01T12:00:{n % 60:02d}.{n:06d}Z")
+    assert expiry._cache.used <= expiry._CACHE_BYTES
+    assert all(len(key) <= 64 for key in expiry._cache._entries)

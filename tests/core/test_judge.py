@@ -455,6 +455,20 @@ def test_an_unusable_schema_warns_and_forwards(schema):
     assert decision.input == raw
 
 
+@pytest.mark.parametrize("depth", [10, 900, 1000])
+def test_a_deep_payload_against_a_usable_schema_is_rejected_never_forwarded(depth):
+    payload: list = []
+    for _ in range(depth - 1):
+        payload = [payload]
+    for schema in (APPROVAL_SCHEMA, {**APPROVAL_SCHEMA, "uniqueItems": True}):
+        raw = run_input([entry("int-1", payload=payload), entry("int-2")])
+        decision = decide(schema_state(schema), raw)
+        assert decision.verdict is Verdict.REJECT
+        assert codes(decision.reasons) == [str(Reason.PAYLOAD_SCHEMA_MISMATCH)]
+        assert decision.reasons[0].path.startswith("/resume/0/payload")
+        assert not only(decision.warnings, Warn.RESPONSE_SCHEMA_UNUSABLE)
+
+
 def test_an_unusable_schema_on_a_cancelled_entry_says_nothing():
     raw = run_input([entry("int-1", "cancelled"), entry("int-2")])
     assert decide(schema_state({"type": 12}), raw).warnings == ()
@@ -894,3 +908,20 @@ def test_unknown_member_paths_point_into_the_raw_input_after_a_union_strip():
     decision = decide(state_of(run_started(), run_finished()), raw)
     assert decision.verdict is Verdict.FORWARD
     assert sorted(w.path for w in decision.warnings) == ["/messages/0", "/messages/1/mood"]
+
+
+def test_thousands_of_stripped_members_are_warned_about_in_bounded_number():
+    from gateway.core.judge import MAX_STRIP_WARNINGS
+
+    raw = run_input()
+    raw["messages"] = [
+        {"id": f"u{i}", "role": "user", "content": "x", "extra": i} for i in range(500)
+    ]
+    raw["messages"] += [{"id": f"r{i}", "role": "robot", "content": "x"} for i in range(500)]
+    decision = decide(None, raw)
+    assert decision.verdict is Verdict.FORWARD
+    stripped = only(decision.warnings, Warn.UNKNOWN_MEMBER_STRIPPED)
+    assert len(stripped) == MAX_STRIP_WARNINGS + 1
+    assert stripped[-1].detail.startswith("950 more")
+    assert all("extra" not in m and m["role"] == "user" for m in decision.input["messages"])
+    assert len(decision.input["messages"]) == 500

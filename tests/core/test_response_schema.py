@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from gateway.core.response_schema import MAX_ERRORS, check
+from gateway.core.response_schema import MAX_ERRORS, check, prepare
 
 APPROVAL = {
     "type": "object",
@@ -113,5 +113,114 @@ def test_several_failures_at_one_location_are_one_problem():
     result = check(schema, {})
     [(where, message)] = result.problems
     assert where == ""
-    assert "'a' is a required property" in message and "'b' is a required property" in message
-    assert "does not have enough properties" in message or "minProperties" in message
+    assert '"a" is a required property' in message and '"b" is a required property' in message
+    assert "less than 3 properties" in message
+
+
+# --- usable is decided from the schema alone; a payload never turns the check off ----------
+
+
+def nested_array(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [10, 300, 1000])
+def test_a_deep_payload_never_makes_a_usable_schema_unusable(depth):
+    result = check(APPROVAL, nested_array(depth))
+    assert result.usable is True
+    assert result.ok is False
+
+
+@pytest.mark.parametrize("depth", [300, 1000])
+def test_a_payload_the_checker_cannot_read_is_not_checked_and_not_passed(depth):
+    result = check({"uniqueItems": True, "items": {"uniqueItems": True}}, nested_array(depth))
+    assert (result.ok, result.usable, result.could_not_check) == (False, True, True)
+    assert "could not be checked" in result.detail
+
+
+def chain(keyword: str, depth: int) -> dict:
+    defs: dict = {
+        f"a{i}": {keyword: [{"$ref": f"#/$defs/a{i + 1}"}, {"$ref": f"#/$defs/a{i + 1}"}]}
+        for i in range(depth)
+    }
+    defs[f"a{depth}"] = {"type": "object"}
+    return {"$defs": defs, "$ref": "#/$defs/a0"}
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [
+        (chain("anyOf", 16), "expansion"),
+        (chain("allOf", 18), "expansion"),
+        ({"$defs": {"t": {"items": {"$ref": "#/$defs/t"}}}, "$ref": "#/$defs/t"}, "recursive"),
+        ({"$ref": "#"}, "recursive"),
+        ({"pattern": "^(?=a)a$"}, "usable JSON Schema"),  # lookaround: not linear-time
+        ({"$anchor": "x", "$ref": "#x"}, "not supported"),
+        ({"$ref": "file:///etc/passwd"}, "not a local JSON Pointer"),
+        ({"enum": ["x" * 70_000]}, "over 65,536"),
+        ({"allOf": [{}] * 5000}, "expansion"),
+    ],
+)
+def test_schemas_beyond_the_limits_are_unusable_whatever_the_payload(schema, why):
+    for payload in ({"approved": True}, 5, nested_array(1000)):
+        result = check(schema, payload)
+        assert (result.ok, result.usable) == (True, False)
+        assert why in result.detail
+
+
+def test_a_schema_nested_deeper_than_the_limit_is_unusable():
+    schema: dict = {"type": "object"}
+    for _ in range(80):
+        schema = {"properties": {"a": schema}}
+    assert "deeper than" in check(schema, {}).detail
+
+
+def test_a_backtracking_pattern_is_matched_in_linear_time():
+    result = check({"pattern": "^(a+)+$"}, "a" * 200_000 + "!")
+    assert (result.ok, result.usable) == (False, True)
+
+
+def test_a_shared_subschema_is_sized_once_per_reference():
+    # a diamond, not a tree: four references to one 3-value subschema
+    schema = {"$defs": {"s": {"type": "string"}}, "allOf": [{"$ref": "#/$defs/s"}] * 4}
+    assert prepare(schema).validator is not None
+    assert check(schema, "x").ok and not check(schema, 1).ok
+
+
+def test_the_verdict_on_a_schema_is_cached_and_the_cache_is_bounded_by_bytes():
+    from gateway.core import response_schema
+
+    schema = {"enum": ["y" * 60_000]}
+    first = prepare(schema)
+    assert prepare(schema) is first
+    assert prepare(dict(schema)) is first  # another object, same bytes
+    for n in range(400):
+        prepare({"enum": [str(n) * 1000, "z" * 40_000]})
+    assert response_schema._by_text.used <= response_schema.CACHE_BYTES
+    assert response_schema._by_identity.used <= response_schema.CACHE_BYTES
+
+
+def test_errors_are_capped_and_never_embed_the_payload():
+    schema = {"items": {"type": "string"}}
+    payload = [n + 1000 for n in range(300)]
+    result = check(schema, payload)
+    assert len(result.problems) == MAX_ERRORS
+    assert all("100" not in message for _, message in result.problems)
+
+
+def test_a_large_breaking_payload_is_reported_without_details():
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    result = check(schema, {"a": 1, "pad": "x" * 200_000})
+    assert (result.ok, result.usable, result.could_not_check) == (False, True, False)
+    assert [where for where, _ in result.problems] == [""]
+
+
+def test_a_payload_over_the_checking_budget_is_not_checked():
+    schema = {"items": {"allOf": [{"type": "integer"}] * 500}}
+    result = check(schema, list(range(20_000)))
+    assert (result.ok, result.could_not_check) == (False, True)
+    assert "budget" in result.detail
+    assert check(schema, list(range(10))).ok

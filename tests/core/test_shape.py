@@ -135,3 +135,99 @@ def test_a_union_tag_that_is_not_a_string_is_malformed_not_stripped(tag, where):
     shape = read_input(raw)
     assert shape.stripped_unions == []
     assert at in [where_ for where_, _ in shape.malformed]
+
+
+def nested(depth: int, leaf: object) -> object:
+    value = leaf
+    for _ in range(depth):
+        value = [value] if isinstance(value, str) or depth % 2 else {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("message", "at"),
+    [
+        ({"id": "m", "role": "DEEP", "content": "x"}, "/messages/0"),
+        (
+            {"id": "m", "role": "user", "content": [{"type": "DEEP", "text": "x"}]},
+            "/messages/0/content/0",
+        ),
+        (
+            {"id": "m", "role": "user", "content": [{"type": "image", "source": {"type": "DEEP"}}]},
+            "/messages/0/content/0/source",
+        ),
+    ],
+)
+@pytest.mark.parametrize("depth", [1, 1000])
+def test_a_deeply_nested_union_tag_is_malformed_and_nothing_reaches_stderr(
+    message, at, depth, capfd
+):
+    raw = run_input()
+    deep = nested(depth, "user")
+    message = copy.deepcopy(message)
+    for holder in (message, *(message.get("content") or [])[:1]):
+        if isinstance(holder, dict):
+            for key in ("role", "type"):
+                if holder.get(key) == "DEEP":
+                    holder[key] = deep
+            source = holder.get("source")
+            if isinstance(source, dict) and source.get("type") == "DEEP":
+                source["type"] = deep
+    raw["messages"] = [message]
+    shape = read_input(raw)
+    assert [where for where, _ in shape.malformed] == [at]
+    assert capfd.readouterr().err == ""
+
+
+def test_stripping_thousands_of_members_maps_every_path_back_to_the_raw_input():
+    raw = run_input()
+    robots = [{"id": f"r{i}", "role": "robot", "content": "x"} for i in range(3000)]
+    users = [{"id": f"u{i}", "role": "user", "content": "x", "extra": i} for i in range(3000)]
+    raw["messages"] = [m for pair in zip(robots, users, strict=True) for m in pair]
+    shape = read_input(raw)
+    assert shape.model is not None
+    assert [p for p, _ in shape.stripped_unions] == [("messages", 2 * i) for i in range(3000)]
+    originals = [shape.original(p) for p in shape.unknown]
+    assert originals == [("messages", 2 * i + 1, "extra") for i in range(3000)]
+    assert all(raw["messages"][p[1]]["extra"] == p[1] // 2 for p in originals)
+
+
+def test_stripped_content_parts_map_back_within_each_message():
+    raw = run_input()
+    part = {"type": "text", "text": "x"}
+    raw["messages"] = [
+        {"id": f"u{i}", "role": "user", "content": [{"type": "hologram"}, {**part, "z": i}]}
+        for i in range(2000)
+    ]
+    shape = read_input(raw)
+    assert shape.model is not None
+    assert [p for p, _ in shape.stripped_unions] == [
+        ("messages", i, "content", 0) for i in range(2000)
+    ]
+    originals = [shape.original(p) for p in shape.unknown]
+    assert originals == [("messages", i, "content", 1, "z") for i in range(2000)]
+
+
+def test_the_one_pass_finds_exactly_the_tags_validation_would_name():
+    from ag_ui.core import RunAgentInput
+    from pydantic import ValidationError
+
+    from gateway.core.shape import _raw_path, _unknown_tags
+
+    raw = run_input()
+    raw["messages"] = [
+        {"id": "1", "role": "robot", "content": "x"},
+        {"id": "2", "role": "user", "content": [{"type": "holo"}, {"type": "text", "text": "t"}]},
+        {"id": "3", "role": "user", "content": [{"type": "image", "source": {"type": "ftp"}}]},
+        {"id": "4", "role": "tool", "toolCallId": "c", "content": [{"type": "smell"}]},
+        {"id": "5", "role": "assistant", "content": [{"type": "holo"}]},
+    ]
+    with pytest.raises(ValidationError) as caught:
+        RunAgentInput.model_validate(raw, strict=True, by_alias=True, by_name=False)
+    named = {
+        _raw_path(raw, e["loc"]): e["msg"]
+        for e in caught.value.errors(include_url=False, include_input=False)
+        if e["type"] == "union_tag_invalid"
+    }
+    assert _unknown_tags(raw) == named
+    assert len(named) == 4

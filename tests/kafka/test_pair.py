@@ -496,28 +496,76 @@ def test_a_rejection_with_thousands_of_findings_stays_a_writable_record():
         assert len(record.value) <= MAX_RECORD_BYTES
         body = jsonio.loads(record.value)
         assert len(body["warnings"]) == MAX_CARRIED_FINDINGS
-        assert body["warningsOmitted"] == 12_001 - MAX_CARRIED_FINDINGS  # and one unrecognised
+        # the judge lists 50 stripped members, counts the other 11,950 in one warning, and
+        # warns of the unrecognised entry: 52 warnings, of which the record carries 50
+        assert body["warningsOmitted"] == 2
         assert [r["code"] for r in body["reasons"]] == ["uncovered_interrupt"]
 
 
-def test_an_input_that_grows_when_written_again_is_carried_as_text_or_rejected():
-    from gateway.kafka.pair import MAX_RECORD_BYTES
-
+def test_an_input_that_would_grow_if_written_again_is_forwarded_as_received():
     pair, _ = make_pair()
     f = Feed()
-    numbers = b"[" + b",".join([b"1E9"] * 120_000) + b"]"  # 1E9 is written 1000000000.0
+    numbers = b"[" + b",".join([b"1E9"] * 120_000) + b"]"  # 1E9 would be written 1000000000.0
     body = jsonio.dumps(answer("r2"))[:-1] + b',"forwardedProps":' + numbers + b"}"
     assert len(body) < 512 * 1024 and len(body) * 2 < len(jsonio.dumps(jsonio.loads(body)))
     pair.take("requests", [f.rec("requests", body, 3)])
     pair.set_fence(0)
     pair.process(0, 0, 0)
-    # a thread never seen: it would be forwarded, but the forward would not fit a record
-    (rejection,) = [r for r in pair.out if r.topic == "agui.rejections"]
-    assert len(rejection.value) <= MAX_RECORD_BYTES
-    carried = jsonio.loads(rejection.value)
-    assert [r["code"] for r in carried["reasons"]] == ["input_too_large"]
-    assert carried["input"] is None and carried["inputText"].encode() == body
-    assert pair.store.get("t1") is None  # nothing forwarded, nothing remembered
+    (forward,) = [r for r in pair.out if r.topic == "agui.bot.run-requests"]
+    assert forward.value == body
+
+
+EXACT = b"[1.00000000000000000001,1e-400,-0,1E9,-0.0,1" + b"0" * 320 + b",2.50E+3]"
+
+
+def test_forwarded_values_are_the_bytes_received_even_when_members_are_stripped():
+    raw = jsonio.dumps(answer("r2"))[:-1] + b',"forwardedProps":{"n":' + EXACT + b"}}"
+    stripped = (
+        raw[:-1]
+        + b',"extra":[1E9],"messages":[{"id":"m","role":"robot","content":"x","n":1E9},'
+        + b'{"id":"u","role":"user","content":"hi","x":-0}]}'
+    )
+    stripped = stripped.replace(b'"messages":[],', b"")
+    forwards = []
+    for request in (raw, stripped):  # each on a thread of its own, never seen: forwarded
+        pair, _ = make_pair()
+        pair.take("requests", [Feed().rec("requests", request, 3)])
+        pair.set_fence(0)
+        pair.process(0, 0, 0)
+        forwards += [r.value for r in pair.out if r.topic == "agui.bot.run-requests"]
+    assert forwards[0] == raw
+    assert b'"forwardedProps":{"n":' + EXACT in forwards[1]
+    second = jsonio.loads(forwards[1])
+    assert "extra" not in second
+    assert second["messages"] == [{"id": "u", "role": "user", "content": "hi"}]
+
+
+def test_a_rejection_carries_the_input_exactly_and_stays_readable_at_the_depth_limit():
+    pair, _ = make_pair()
+    f = Feed()
+    deep = b"[" * 990 + b"1E9" + b"]" * 990
+    body = jsonio.dumps(answer("r2", "nobody"))[:-1] + b',"forwardedProps":{"d":' + deep + b"}}"
+    too_deep = body.replace(b"[" * 990, b"[" * 1010).replace(b"]" * 990, b"]" * 1010)
+    pair.take("events", [f.rec("events", started(), 1), f.rec("events", interrupted(), 2)])
+    pair.take(
+        "requests",
+        [
+            f.rec("requests", body, 3, headers=[("agui-reply-to", b"replies")]),
+            f.rec("requests", too_deep, 4),
+        ],
+    )
+    pair.set_fence(2)
+    pair.process(2, 0, 0)
+    rejections = [r.value for r in pair.out if r.topic in ("agui.rejections", "replies")]
+    assert len(rejections) == 3
+    for value in rejections:
+        assert isinstance(orjson.loads(value), dict)  # orjson reads it
+        assert isinstance(jsonio.loads(value), dict)  # and so does the gateway
+    assert b'"input":' + body in rejections[0]
+    last = orjson.loads(rejections[2])
+    assert [r["code"] for r in last["reasons"]] == ["malformed_input"]
+    assert "deeper than 1000" in last["reasons"][0]["detail"]
+    assert last["inputText"].encode() == too_deep
 
 
 def test_an_event_timestamp_beyond_year_9999_does_not_stop_the_pair():
@@ -713,3 +761,36 @@ def test_an_internal_error_rejection_carries_a_binary_correlation_id(monkeypatch
     body = jsonio.loads(rejection.value)
     assert body["correlationIdEncoding"] == "base64"
     assert body["correlationId"] == "j/8AQQABAgMEBQYHCAkKCw=="
+
+
+def test_a_lifecycle_event_hidden_behind_a_duplicate_type_is_malformed_on_every_path():
+    # `type` twice: the fast path would count a TOOL_CALL_END, any JSON parser reads the last
+    # `type` (RUN_FINISHED). Neither: a record naming a member twice is malformed.
+    hidden = (
+        b'{"type":"TOOL_CALL_END","toolCallId":"x","type":"RUN_FINISHED","threadId":"t1",'
+        b'"runId":"r1","outcome":{"type":"interrupt","interrupts":[{"id":"a","reason":"x"}]}}'
+    )
+    pair, _ = make_pair()
+    f = Feed()
+    pair.take("events", [f.rec("events", started(), 10), f.rec("events", hidden, 11)])
+    pair.take("requests", [f.rec("requests", answer(), 30)])
+    pair.set_fence(events_end=2)
+    pair.process(events_position=2, mono_now=0.0, wall_ms=0)
+    warnings = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.warnings"]
+    assert [(w["code"], w["rule"]) for w in warnings] == [("protocol_violation", "malformed_event")]
+    assert "same member twice" in warnings[0]["detail"]
+    rejection = orjson.loads(next(r.value for r in pair.out if r.topic == "agui.rejections"))
+    assert [r["code"] for r in rejection["reasons"]] == ["run_active"]  # the run is still active
+
+
+def test_a_request_naming_a_member_twice_is_malformed_input():
+    pair, _ = make_pair()
+    f = Feed()
+    request = b'{"threadId":"t1","runId":"r2","messages":[],"resume":[],"resume":[]}'
+    pair.take("requests", [f.rec("requests", request, 5)])
+    pair.set_fence(0)
+    pair.process(0, 0, 0)
+    (rejection,) = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.rejections"]
+    assert [r["code"] for r in rejection["reasons"]] == ["malformed_input"]
+    assert "same member twice" in rejection["reasons"][0]["detail"]
+    assert rejection["inputText"] == request.decode()
