@@ -25,7 +25,7 @@ from typing import Any
 
 from ag_ui.core import BaseEvent, Event, RunAgentInput
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from pydantic import TypeAdapter, ValidationError
 
