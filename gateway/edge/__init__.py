@@ -9,6 +9,7 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from gateway.edge.app import Edge
+from gateway.kafka import clients
 from gateway.observe import logs
 from gateway.settings import Settings
 
@@ -36,6 +37,11 @@ async def serve(settings: Settings) -> bool:
 
 def main(settings: Settings) -> int:
     logs.configure(settings.log_level)
+    try:
+        asyncio.run(clients.preflight(settings))  # a refused password or certificate: exit 2
+    except clients.SecurityFailure as exc:
+        log.error(f"agui-gateway edge: {exc}")
+        return 2
     try:
         if not asyncio.run(serve(settings)):
             print(
