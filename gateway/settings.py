@@ -182,17 +182,29 @@ class Settings(BaseSettings):
 
     # --- The edge (`agui-gateway edge`: AG-UI over HTTP, backed by Kafka) ----------------
     edge_host: str = "127.0.0.1"
+    """Address the edge's HTTP endpoint listens on."""
     edge_port: int = Field(default=8000, ge=0, le=65535)
-    edge_reply_topic: str = "agui.edge-replies"  # created at start if missing; may be shared
-    edge_reply_partitions: int = Field(default=3, ge=1)  # when the edge creates it
-    edge_verdict_timeout_s: float = Field(default=10.0, gt=0)  # then 504
-    edge_run_start_timeout_s: float = Field(default=60.0, gt=0)  # forward to RUN_STARTED
-    edge_run_timeout_s: float = Field(default=900.0, gt=0)  # forward to the run's close
-    edge_keepalive_s: float = Field(default=15.0, gt=0)  # SSE comment while waiting
-    edge_max_streams: int = Field(default=10_000, ge=1)  # open streams; beyond: 503
-    edge_stream_buffer: int = Field(default=10_000, ge=1)  # unread events per stream
+    """Port of the edge (POST /agents/{agent}, /healthz, /readyz, /metrics; 0: any free port)."""
+    edge_reply_topic: str = "agui.edge-replies"
+    """The edge's reply topic: created at start if missing; may be shared by edge instances."""
+    edge_reply_partitions: int = Field(default=3, ge=1)
+    """Partitions of the reply topic when the edge creates it."""
+    edge_verdict_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest wait for the gateway's verdict; then 504."""
+    edge_run_start_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest wait from the forward to the run's RUN_STARTED; then the edge's RUN_ERROR."""
+    edge_run_timeout_s: float = Field(default=900.0, gt=0)
+    """Longest wait from the forward to the run's close; then the edge's RUN_ERROR."""
+    edge_keepalive_s: float = Field(default=15.0, gt=0)
+    """Interval of SSE keep-alive comments while a stream waits."""
+    edge_max_streams: int = Field(default=10_000, ge=1)
+    """Open streams per edge; beyond it a request gets 503 busy."""
+    edge_stream_buffer: int = Field(default=10_000, ge=1)
+    """Unread events held per stream; beyond it the stream ends (run_buffer_overflow)."""
     edge_max_body_bytes: int = Field(default=1_000_000, ge=1)
-    edge_cors_origins: list[str] = []  # e.g. ["https://app.example"]; ["*"] allows any
+    """Largest request body accepted; beyond it 413."""
+    edge_cors_origins: list[str] = []
+    """Origins allowed by CORS, e.g. ["https://app.example"]; ["*"] allows any."""
 
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod
