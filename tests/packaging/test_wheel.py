@@ -28,7 +28,7 @@ from tests.integration.support import (
 from tests.packaging.conftest import Installed
 
 # agui-gateway subcommands an installed wheel must offer.
-COMMANDS = ["run", "check", "topics", "demo"]
+COMMANDS = ["run", "check", "topics", "demo", "bridge", "edge", "acls"]
 AGENT = "pkg"
 
 
@@ -76,6 +76,27 @@ def test_every_command_of_the_installed_script_answers_help(
     )
     assert result.returncode == 0, result.stderr
     assert command in result.stdout
+
+
+def test_every_module_of_the_installed_package_imports(installed: Installed, outside: Path) -> None:
+    """The wheel carries every module with what it imports: the bridge, the edge, the client."""
+    script = (
+        "import importlib, pkgutil, gateway\n"
+        "names = [m.name for m in pkgutil.walk_packages(gateway.__path__, 'gateway.')]\n"
+        "for name in names: importlib.import_module(name)\n"
+        "print(len(names), ' '.join(names))\n"
+    )
+    result = subprocess.run(
+        [str(installed.python()), "-c", script],
+        cwd=outside,
+        env=installed.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    for module in ("gateway.bridge.service", "gateway.edge.app", "gateway.client.client"):
+        assert module in result.stdout.split()
 
 
 def thread_events(thread: str) -> list[tuple[str, dict]]:
