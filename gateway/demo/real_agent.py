@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,10 +28,10 @@ STOP_TIMEOUT_S = 10.0
 def missing() -> str | None:
     """None when the agent can run here; otherwise one line saying how to install it."""
     try:
-        found = importlib.util.find_spec("pydantic_ai.ui.ag_ui") is not None
-    except ImportError:  # pydantic_ai itself is absent
-        found = False
-    if found:
+        import pydantic_ai.ui.ag_ui  # noqa: F401  (needed by approval_agent)
+    except ImportError:
+        pass
+    else:
         return None
     return (
         "--real-agent needs pydantic-ai's AG-UI adapter: "
