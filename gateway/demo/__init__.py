@@ -5,6 +5,8 @@ in this process, drives a traffic generator of simulated agents (publishing
 AG-UI event streams, running forwarded requests) and clients (answering
 interrupts, well and badly), and shows a live summary until Ctrl-C or
 `--duration`. The gateway's JSON logs go to a file, not the console.
+With `--real-agent` it also runs a real offline agent behind the bridge
+(`gateway.demo.bridged`; needs the `demo` extra).
 Nothing in the rest of `gateway` imports this package.
 """
 

@@ -1,8 +1,10 @@
 """The demo composed: topics, the gateway in-process, the simulators, the console.
 
-Start order: topics, HTTP, gateway (until ready), simulators, console.
-Stop order: traffic, a short drain of awaited replies, the gateway, the
-reply counter, HTTP. Every wait is bounded.
+Start order: topics, HTTP, gateway (until ready), simulators (with a real
+agent: the agent, the bridge until ready, its client), console.
+Stop order: traffic (with a real agent: its conversations drained, then its
+client, the bridge, the agent), a short drain of awaited replies, the
+gateway, the reply counter, HTTP. Every wait is bounded.
 """
 
 from __future__ import annotations
