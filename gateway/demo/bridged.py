@@ -174,6 +174,8 @@ class BridgedClient:
             event = orjson.loads(value or b"")
         except orjson.JSONDecodeError:
             return
+        if not isinstance(event, dict):
+            return
         self.threads[thread].append(event)
         if event.get("type") in ("RUN_FINISHED", "RUN_ERROR"):
             self.closed[thread].set()
