@@ -168,7 +168,10 @@ async def run(
     out: TextIO,
     real_agent: str | None = None,
 ) -> None:
-    """The whole demo (with `real_agent`, also that agent behind the bridge: `bridged`). Raises DemoSetupError (cannot start) or DemoFailed (broke while running)."""
+    """The whole demo. Raises DemoSetupError (cannot start) or DemoFailed (broke while running).
+
+    With `real_agent` (a name), also that agent behind the bridge (`gateway.demo.bridged`).
+    """
     stop = asyncio.Event()
     _signals(stop, sys.stderr)
     names = TopicNames(settings).for_agent(agent)
