@@ -67,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="stop after this many seconds (default: run until Ctrl-C)",
     )
+    demo.add_argument(
+        "--real-agent",
+        action="store_true",
+        help="also run a real offline pydantic-ai agent (<agent>-payments) behind the bridge, "
+        "driven through the gateway (needs the demo extra)",
+    )
 
     commands.add_parser(
         "bridge",
@@ -187,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from gateway.demo import main as demo_main
 
-        return demo_main(settings, args.agent, args.partitions, args.rate, args.duration)
+        return demo_main(
+            settings, args.agent, args.partitions, args.rate, args.duration, args.real_agent
+        )
     if args.command == "bridge":
         from gateway.bridge.main import main as bridge_main
 

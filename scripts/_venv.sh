@@ -4,7 +4,8 @@
 #       dev extras (pytest, ruff, mypy, ...); re-installed when pyproject.toml or
 #       setup.py changed since the last install.
 #   VENV_KIND=run (scripts/run.sh): .venv-run, a regular install of what the
-#       gateway needs and nothing else; re-installed when the sources changed.
+#       gateway needs plus the demo extra (the offline agent of `demo
+#       --real-agent`), no dev tools; re-installed when the sources changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
@@ -18,9 +19,9 @@ dev)
     ;;
 run)
     VENV="$ROOT/.venv-run"
-    INSTALL=("$ROOT")
+    INSTALL=("$ROOT[demo]")
     WATCH=("$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/gateway" "$ROOT/schemas")
-    WHAT="agui-gateway (a regular install, no dev tools) into .venv-run"
+    WHAT="agui-gateway[demo] (a regular install, no dev tools) into .venv-run"
     ;;
 *)
     echo "error: VENV_KIND must be dev or run, not '$VENV_KIND'" >&2

@@ -5,6 +5,8 @@ in this process, drives a traffic generator of simulated agents (publishing
 AG-UI event streams, running forwarded requests) and clients (answering
 interrupts, well and badly), and shows a live summary until Ctrl-C or
 `--duration`. The gateway's JSON logs go to a file, not the console.
+With `--real-agent` it also runs a real offline agent behind the bridge
+(`gateway.demo.bridged`; needs the `demo` extra).
 Nothing in the rest of `gateway` imports this package.
 """
 
@@ -22,6 +24,11 @@ from gateway.settings import Settings
 PROG = "agui-gateway demo"
 
 
+def real_name(agent: str) -> str:
+    """The real agent's name (`--real-agent`), beside the simulated one's."""
+    return f"{agent}-payments"
+
+
 def _log_to_file(settings: Settings, agent: str) -> tuple[Path, list[logging.Handler]]:
     """JSON logs to a file in the temp dir; returns it and the handlers it replaced."""
     previous = list(logging.getLogger().handlers)
@@ -34,7 +41,12 @@ def _log_to_file(settings: Settings, agent: str) -> tuple[Path, list[logging.Han
 
 
 def main(
-    settings: Settings, agent: str, partitions: int, rate: float, duration: float | None
+    settings: Settings,
+    agent: str,
+    partitions: int,
+    rate: float,
+    duration: float | None,
+    real_agent: bool = False,
 ) -> int:
     """Run the demo; the exit status: 0 done, 1 broke while running, 2 could not start."""
     from gateway.demo.app import DemoFailed, run
@@ -51,12 +63,31 @@ def main(
         settings.topic(settings.events_topic, agent)
     ):
         problem = f"{agent!r} is not a valid agent name (pattern {settings.agent_name_pattern})"
+    elif real_agent:
+        from gateway.demo.real_agent import missing
+
+        problem = missing()
+        if problem is None and not settings.topic_regex(settings.events_topic).match(
+            settings.topic(settings.events_topic, real_name(agent))
+        ):
+            problem = f"{real_name(agent)!r} (the real agent) is not a valid agent name"
     if problem:
         print(f"{PROG}: {problem}", file=sys.stderr)
         return 2
     path, previous = _log_to_file(settings, agent)
     try:
-        asyncio.run(run(settings, agent, partitions, rate, duration, str(path), sys.stdout))
+        asyncio.run(
+            run(
+                settings,
+                agent,
+                partitions,
+                rate,
+                duration,
+                str(path),
+                sys.stdout,
+                real_name(agent) if real_agent else None,
+            )
+        )
     except DemoSetupError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,10 @@
 """The demo composed: topics, the gateway in-process, the simulators, the console.
 
-Start order: topics, HTTP, gateway (until ready), simulators, console.
-Stop order: traffic, a short drain of awaited replies, the gateway, the
-reply counter, HTTP. Every wait is bounded.
+Start order: topics, HTTP, gateway (until ready), simulators (with a real
+agent: the agent, the bridge until ready, its client), console.
+Stop order: traffic (with a real agent: its conversations drained, then its
+client, the bridge, the agent), a short drain of awaited replies, the
+gateway, the reply counter, HTTP. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from gateway.demo.agents import Agents
+from gateway.demo.bridged import RealAgentDemo
 from gateway.demo.clients import Clients
 from gateway.demo.console import Console, Header
 from gateway.demo.stats import DemoStats
@@ -160,8 +163,12 @@ async def run(
     duration: float | None,
     log_path: str,
     out: TextIO,
+    real_agent: str | None = None,
 ) -> None:
-    """The whole demo. Raises DemoSetupError (cannot start) or DemoFailed (broke while running)."""
+    """The whole demo. Raises DemoSetupError (cannot start) or DemoFailed (broke while running).
+
+    With `real_agent` (a name), also that agent behind the bridge (`gateway.demo.bridged`).
+    """
     stop = asyncio.Event()
     _signals(stop, sys.stderr)
     names = TopicNames(settings).for_agent(agent)
@@ -173,6 +180,11 @@ async def run(
     except kafka_clients.SecurityFailure as exc:
         raise DemoSetupError(str(exc)) from None
     await create_topics(settings, agent, partitions, replies)
+    real_replies = reply_topic(settings, real_agent) if real_agent else ""
+    if real_agent:
+        if not LEGAL_TOPIC.match(real_replies):
+            raise DemoSetupError(f"{real_replies!r} is not a legal topic name")
+        await create_topics(settings, real_agent, partitions, real_replies)
 
     registry = CollectorRegistry()
     gateway = Gateway(settings, Metrics(registry))
@@ -186,8 +198,21 @@ async def run(
     stop_traffic, stop_replies = asyncio.Event(), asyncio.Event()
     traffic: list[asyncio.Task[None]] = []
     replies_task: asyncio.Task[None] | None = None
+    real: RealAgentDemo | None = None
+    if real_agent:
+        real = RealAgentDemo(
+            settings,
+            real_agent,
+            TopicNames(settings).for_agent(real_agent),
+            real_replies,
+            registry,
+            f"{settings.group_id}.demo-{token}",
+        )
+    stop_reading = asyncio.Event()
+    reading: asyncio.Task[None] | None = None
     header = Header(agent, partitions, rate, duration, metrics_url, log_path)
-    console = Console(header, registry, stats, out, time.monotonic())
+    sources = [real.section] if real is not None else []
+    console = Console(header, registry, stats, out, time.monotonic(), sources)
     elapsed = 0.0
     failure: str | None = None
     try:
@@ -197,6 +222,8 @@ async def run(
         try:
             await agents.start()
             await clients.start()
+            if real is not None:
+                await real.start()
         except (KafkaError, TimeoutError, OSError) as exc:
             raise DemoSetupError(
                 f"the simulated agents and clients cannot start: {exc!r}"
@@ -207,8 +234,12 @@ async def run(
             asyncio.create_task(clients.answer(stop_traffic), name="clients"),
         ]
         replies_task = asyncio.create_task(clients.count_replies(stop_replies), name="replies")
-        drawing = asyncio.create_task(console.run(stop), name="console")
         watched = [asyncio.create_task(stop.wait()), gateway_task, *traffic, replies_task]
+        if real is not None:
+            traffic.append(real.converse(stop_traffic))
+            reading = real.read(stop_reading)
+            watched += [traffic[-1], reading, *real.watched()]
+        drawing = asyncio.create_task(console.run(stop), name="console")
         done, _ = await asyncio.wait(watched, timeout=duration, return_when="FIRST_COMPLETED")
         broken = [t for t in done if t is not watched[0]]
         if broken:
@@ -222,6 +253,13 @@ async def run(
         stop_traffic.set()
         for task in traffic:
             await _bounded(task, 5)
+        if real is not None:
+            if failure is None and not gateway_task.done():
+                await real.drain()  # approvals sent get their runs, so the counts compare
+            stop_reading.set()
+            if reading is not None:
+                await _bounded(reading, 5)
+            await real.close()
         await agents.close()
         await clients.cancel_answers()
         if failure is None and not gateway_task.done():

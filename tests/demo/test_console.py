@@ -8,6 +8,7 @@ import re
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.demo.bridged import BridgedStats, bridged_section
 from gateway.demo.console import (
     FINAL_MARKER,
     Console,
@@ -18,6 +19,7 @@ from gateway.demo.console import (
     gateway_section,
     simulator_section,
 )
+from gateway.demo.real_agent import AgentCounters
 from gateway.demo.stats import DemoStats
 
 AGENT = "demo"
@@ -27,12 +29,15 @@ HEADER = Header(
 ELAPSED = 12.34
 
 
-def registry() -> CollectorRegistry:
+def registry(real: str | None = None) -> CollectorRegistry:
     reg = CollectorRegistry()
     requests = Counter("agui_gateway_requests", "", ["agent", "verdict"], registry=reg)
     for verdict, n in (("forward", 1234), ("reject", 567), ("duplicate", 89)):
         requests.labels(agent=AGENT, verdict=verdict).inc(n)
     rejections = Counter("agui_gateway_rejections", "", ["agent", "reason"], registry=reg)
+    if real is not None:  # the gateway's figures for the demo's real agent too
+        requests.labels(agent=real, verdict="forward").inc(81)
+        rejections.labels(agent=real, reason="payload_schema_mismatch").inc(9)
     for reason, n in (
         ("uncovered_interrupt", 20),
         ("payload_schema_mismatch", 123456),
@@ -143,3 +148,89 @@ def test_more_sections_can_be_added(monkeypatch: pytest.MonkeyPatch) -> None:
     text = final_output(monkeypatch, 80, sources=[bridge])
     assert "agent behind the bridge" in text
     assert re.search(r"^\s+runs finished\s+17\s*$", text, re.MULTILINE), text
+
+
+REAL = "demo-payments"
+
+
+def bridged_registry() -> CollectorRegistry:
+    """The demo's registry with the bridge's metrics and the gateway's for the real agent."""
+    from gateway.bridge.metrics import BridgeMetrics
+
+    reg = registry(REAL)
+    bridge = BridgeMetrics(reg)
+    bridge.agent(REAL)
+    bridge.runs.labels(REAL, "interrupt").inc(41)
+    bridge.runs.labels(REAL, "success").inc(40)
+    bridge.runs.labels(REAL, "agent_unreachable").inc(1)
+    bridge.in_flight.labels(REAL).set(2)
+    bridge.events.labels(REAL, "agent").inc(12345)
+    bridge.events.labels(REAL, "bridge").inc(1)
+    bridge.http_errors.labels(REAL, "503").inc(3)
+    return reg
+
+
+def bridged_stats() -> BridgedStats:
+    s = BridgedStats(conversations=42, completed=40, approvals_forwarded=40)
+    s.sent.update({"request": 42, "bad_resume": 9, "approval": 40, "replay": 11})
+    s.verdicts.update({"forward": 82, "reject": 9, "duplicate": 11})
+    s.unexpected.update({"approval: forward -> reject": 1})
+    s.gave_up.update({"approved_run": 1})
+    return s
+
+
+def bridged_output(monkeypatch: pytest.MonkeyPatch, width: int) -> tuple[str, set[str]]:
+    monkeypatch.setenv("COLUMNS", str(width))
+    reg, st = bridged_registry(), bridged_stats()
+    counters = AgentCounters(requests=82, tool_calls=40)
+    section = bridged_section(REAL, reg, st, counters)
+    out = io.StringIO()
+    Console(HEADER, reg, stats(), out, 0.0, sources=[lambda: section]).final(ELAPSED)
+    known = source_words(reg, stats()) | set(section.title.split())
+    for row in section.rows:
+        known |= set(f"{row.label} {row.value} ({row.meaning})".split())
+    return out.getvalue(), known
+
+
+@pytest.mark.parametrize("width", [150, 80])
+def test_the_real_agent_rows_stay_readable(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    text, known = bridged_output(monkeypatch, width)
+    assert max(len(line) for line in text.splitlines()) <= width, text
+    assert "…" not in text, text
+    for word in text.split():
+        assert word in known, (word, text)
+    real = text.split(f"real agent {REAL!r}", 1)[1]
+
+    def row(label: str) -> str:
+        match = re.search(rf"^\s+{re.escape(label)}\s+(.*?)\s*$", real, re.MULTILINE)
+        assert match, (label, real)
+        return match.group(1)
+
+    assert row("bridge runs by result").split() == [
+        "agent_unreachable=1",
+        "interrupt=41",
+        "success=40",
+    ]
+    assert row("bridge runs in flight") == "2"
+    assert row("events relayed") == "12345 from the agent, 1 by the bridge"
+    assert row("agent HTTP errors") == "503=3"
+    assert row("tool calls / approvals").startswith("40 / 40")
+    assert row("approved runs completed") == "40"
+    assert row("gateway verdicts") == "forward=81"
+    assert row("rejection reasons") == "payload_schema_mismatch=9"
+    assert "approval=40" in row("requests sent by kind")
+    assert row("unexpected verdicts").startswith("1 (")
+    assert row("conversations given up") == "approved_run=1"
+
+
+def test_the_real_agent_section_shows_zeroes_before_any_run() -> None:
+    from gateway.bridge.metrics import BridgeMetrics
+
+    reg = CollectorRegistry()
+    BridgeMetrics(reg).agent(REAL)
+    section = bridged_section(REAL, reg, BridgedStats(), AgentCounters())
+    rows = {r.label: r.value for r in section.rows}
+    assert rows["bridge runs by result"] == "interrupt=0 success=0"
+    assert rows["tool calls / approvals"] == "0 / 0"
+    assert rows["agent HTTP errors"] == "none"
+    assert "conversations given up" not in rows

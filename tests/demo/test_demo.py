@@ -149,3 +149,62 @@ async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
         assert orjson.loads(record.value)["threadId"] == record.key.decode()
     rejections = await collect(ns.bootstrap, ns.rejections, count=rejected, timeout=20, settle=1.0)
     assert len(rejections) == rejected
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(200)
+async def test_demo_with_the_real_agent_runs_each_approved_tool_call_once(
+    kafka_bootstrap: str, unique_name
+) -> None:
+    """`--real-agent`: a pydantic-ai agent behind the in-process bridge, driven through the
+    gateway; its tool runs exactly once per approval the gateway forwarded."""
+    ns = Namespace(kafka_bootstrap)
+    agent = unique_name("demo")[:20]
+    real = f"{agent}-payments"
+    argv = ["demo", "--agent", agent, "--duration", "20", "--rate", "2", "--real-agent"]
+    proc = await asyncio.create_subprocess_exec(
+        str(GATEWAY_BIN),
+        *argv,
+        env={**ns.env(http_port=0), "COLUMNS": "400"},  # one line per figure
+        cwd=str(REPO_ROOT),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(150):
+            stdout, stderr = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    out, err = stdout.decode(), stderr.decode()
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
+    assert err == "", err
+
+    title = f"real agent {real!r} (pydantic-ai, behind the bridge)"
+    assert out.count(FINAL_MARKER) == 1, out
+    periodic, final = out.split(FINAL_MARKER, 1)
+    assert title in periodic, out  # the live console drew the agent's rows while it ran
+    assert field(periodic, "bridge runs by result")
+    summary = final.split(title, 1)[1]  # the real agent's section is the last one
+
+    calls, approvals = (int(n) for n in field(summary, "tool calls / approvals").split()[:3:2])
+    assert calls == approvals >= 1, summary
+    completed = int(field(summary, "approved runs completed"))
+    assert 1 <= completed <= approvals, summary
+    runs = pairs(field(summary, "bridge runs by result"))
+    assert runs["success"] == calls, summary  # each approved run ended in success, once
+    assert runs["interrupt"] >= runs["success"], summary
+    assert field(summary, "bridge runs in flight") == "0", summary
+    assert field(summary, "agent HTTP errors") == "none", summary
+    assert field(summary, "unexpected verdicts") == "0", summary
+    verdicts = pairs(field(summary, "gateway verdicts"))
+    sent = pairs(field(summary, "requests sent by kind"))
+    assert sent["approval"] == approvals, summary
+    assert verdicts["forward"] == sent["request"] + approvals, summary
+    assert verdicts.get("reject", 0) == sent.get("bad_resume", 0), summary
+    assert verdicts.get("duplicate", 0) == sent.get("replay", 0), summary
+    relayed = field(summary, "events relayed")
+    assert int(relayed.split()[0]) > 0 and relayed.endswith("0 by the bridge"), summary
+    # the agent was asked for exactly the runs the gateway forwarded
+    assert int(field(summary, "agent HTTP requests").split()[0]) == verdicts["forward"], summary

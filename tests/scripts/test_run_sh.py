@@ -12,6 +12,7 @@ from tests.integration.support import Namespace
 
 DEV_TOOLS = {"pytest", "mypy", "ruff", "hypothesis", "pyinstrument", "ag-ui-validate"}
 NEEDED = {"agui-gateway", "aiokafka", "fastavro", "pydantic", "prometheus-client", "rich"}
+DEMO_EXTRA = {"pydantic-ai-slim"}  # demo --real-agent
 
 
 def test_run_sh_installs_the_gateway_without_the_dev_tools(
@@ -31,6 +32,7 @@ def test_run_sh_installs_the_gateway_without_the_dev_tools(
     )
     assert result.returncode == 0, result.stderr
     assert "--rate" in result.stdout and "--duration" in result.stdout, result.stdout
+    assert "--real-agent" in result.stdout, result.stdout
     assert "kafka.sh" not in result.stderr
 
     python = tree / ".venv-run" / "bin" / "python"
@@ -43,7 +45,7 @@ def test_run_sh_installs_the_gateway_without_the_dev_tools(
     )
     assert listed.returncode == 0, listed.stderr
     names = {p["name"].lower().replace("_", "-") for p in json.loads(listed.stdout)}
-    assert NEEDED <= names, sorted(NEEDED - names)
+    assert NEEDED | DEMO_EXTRA <= names, sorted((NEEDED | DEMO_EXTRA) - names)
     assert not names & DEV_TOOLS, sorted(names & DEV_TOOLS)
     assert not (tree / ".venv").exists()
     # a regular install: the code runs from the venv, not from the clone
@@ -58,13 +60,17 @@ def test_run_sh_installs_the_gateway_without_the_dev_tools(
     assert where.returncode == 0, where.stderr
     assert (tree / ".venv-run") in Path(where.stdout.strip()).parents, where.stdout
 
-    # Given a broker (as the compose stack's), run.sh starts none and runs the demo on it.
+    # Given a broker (as the compose stack's), run.sh starts none and runs the demo on it,
+    # with the real agent behind the bridge (the demo extra is installed).
     ns = Namespace(kafka_bootstrap)
     demo_env = {**ns.env(http_port=0), "KAFKA_PORT": "not-a-port", "COLUMNS": "200"}
     demo_env.pop("PYTHONPATH", None)
     agent = unique_name("rs")[:20]
     demo = subprocess.run(
-        [str(tree / "scripts" / "run.sh"), "--agent", agent, "--duration", "4", "--rate", "2"],
+        [
+            str(tree / "scripts" / "run.sh"),
+            *("--agent", agent, "--duration", "4", "--rate", "2", "--real-agent"),
+        ],
         cwd=tree,
         env=demo_env,
         capture_output=True,
@@ -75,3 +81,4 @@ def test_run_sh_installs_the_gateway_without_the_dev_tools(
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "kafka.sh" not in demo.stderr, demo.stderr
     assert "=== final summary ===" in demo.stdout
+    assert f"real agent '{agent}-payments'" in demo.stdout, demo.stdout[-3000:]
