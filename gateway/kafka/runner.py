@@ -48,6 +48,7 @@ SWEEP_CHANGES = 100  # expiries announced or threads forgotten per pair per roun
 PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a commit
 PREPARE_RETRY_S = 0.5  # first backoff before preparing failed pairs again
 PREPARE_RETRY_MAX_S = 30.0
+WRITTEN_TOPICS_METADATA_S = 5.0  # a metadata update before writing a topic new to a producer
 
 
 @dataclass
@@ -394,12 +395,18 @@ class Gateway:
             # (it is read again from the last commit), it never escapes the loop.
             records = pair.out + pair.changelog_records()
             await producer.begin_transaction()
-            for r in records:
+            await self._track_topics(producer, {r.topic for r in records})
+            delivered = [
                 await producer.send(
                     r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition
                 )
+                for r in records
+            ]
             if offsets:
                 await producer.send_offsets_to_transaction(offsets, self.settings.group_id)
+            # A record the producer gave up on does not fail the transaction by itself:
+            # committed, it would be lost behind the committed offsets. Aborted instead.
+            await asyncio.gather(*delivered)
             await producer.commit_transaction()
         except Exception as exc:
             if _fenced(producer, exc):
@@ -436,6 +443,32 @@ class Gateway:
         slot.committed.update(offsets)
         pair.committed(time.monotonic())
         return True
+
+    async def _track_topics(self, producer: AIOKafkaProducer, topics: set[str]) -> None:
+        """Have the producer's metadata track every topic it is about to write.
+
+        A producer fetches metadata for all topics until its first write to a topic it
+        does not know yet (typically a reply topic created after it started); from then
+        on it asks only for the topics it tracks. A topic it had written while knowing
+        it from the first fetch is untracked, vanishes from its metadata, and a batch
+        still waiting for it (its partition being added to the transaction, or a retry)
+        finds no leader until it expires after `request_timeout_ms` (40 s): the commit,
+        and the pair, hang that long. Tracking every written topic before the first
+        write, and waiting for a metadata update that covers them, avoids it.
+        """
+        client = producer.client
+        added = [client.add_topic(topic) for topic in sorted(topics)]
+        if all(f.done() for f in added):
+            return  # all tracked already: the usual case, no round trip
+        try:
+            async with asyncio.timeout(WRITTEN_TOPICS_METADATA_S):
+                await asyncio.gather(*added)
+                # an update that was already under way when the topics were added
+                # may not cover them: one more, asked for after adding them
+                await client.force_metadata_update()
+        except (KafkaError, TimeoutError) as exc:
+            # not fatal: the sends wait for the metadata they need themselves
+            log.warning("metadata update for written topics failed", extra={"error": repr(exc)})
 
     def _note_denied(
         self, slot: PairSlot, exc: BaseException, topic_op: str = "Write", preparing: bool = False

@@ -29,8 +29,7 @@ async def ns(kafka_bootstrap: str) -> Namespace:
     return namespace
 
 
-async def test_every_answer_of_the_edge(ns: Namespace, tmp_path: Path, create_topics) -> None:
-    await create_topics([f"{ns.prefix}.edge-replies"])
+async def test_every_answer_of_the_edge(ns: Namespace, tmp_path: Path) -> None:
     gateway = await GatewayProcess(ns, tmp_path).start()
     edge = await EdgeProcess(
         ns,

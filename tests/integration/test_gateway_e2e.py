@@ -274,3 +274,36 @@ async def test_a_reply_topic_created_just_before_its_request_gets_a_binary_corre
         assert dict(forwarded.headers)["agui-correlation-id"] == binary_id
     finally:
         assert await gateway.stop() == 0
+
+
+async def test_a_reply_topic_created_after_the_gateway_started_holds_up_no_first_commit(
+    ns: Namespace, create_topics, tmp_path
+) -> None:
+    """Each pair's first transaction forwards a request and replies to a brand-new topic.
+
+    A producer that met the new reply topic while the forward's partition was still
+    being added to its transaction used to lose that partition from its metadata: the
+    commit, and the pair, hung until the batch expired (40 s). The replies' timeout is
+    the bound such a hang exceeds, not a timing claim.
+    """
+    partitions = 4
+    await ns.create_agent(AGENT, partitions=partitions)
+    gateway = await GatewayProcess(ns, tmp_path).start()
+    try:
+        reply_topic = (await create_topics([f"{ns.prefix}.late-replies"], partitions=2))[0]
+        threads = [f"t-late-{i}" for i in range(4 * partitions)]  # every pair, most likely
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(t, {"threadId": t, "runId": f"r-{t}", "messages": []}) for t in threads],
+            headers=[("agui-reply-to", reply_topic.encode())],
+        )
+        replies = values(await collect(ns.bootstrap, reply_topic, count=len(threads), timeout=25))
+        assert sorted(r["threadId"] for r in replies) == sorted(threads)
+        assert {r["verdict"] for r in replies} == {"forward"}
+        forwarded = values(
+            await collect(ns.bootstrap, ns.run_requests(AGENT), count=len(threads), timeout=5)
+        )
+        assert sorted(f["threadId"] for f in forwarded) == sorted(threads)
+    finally:
+        assert await gateway.stop() == 0

@@ -138,6 +138,9 @@ class FakeProducer:
         self.offsets: dict[TopicPartition, int] = {}
         self.commit_gate: asyncio.Event | None = None  # the commit waits for this
         self.commit_error: BaseException | None = None  # raised once the gate opens
+        self.delivery_error: BaseException | None = None  # the records' delivery fails
+        self.client = FakeMetadataClient()
+        self.aborted = 0
 
     async def start(self) -> None:
         self.started = True
@@ -148,8 +151,17 @@ class FakeProducer:
     async def begin_transaction(self) -> None:
         self.buf, self.offsets = [], {}
 
-    async def send(self, topic, value=None, key=None, headers=None, partition=None) -> None:
+    async def send(
+        self, topic, value=None, key=None, headers=None, partition=None
+    ) -> asyncio.Future[None]:
+        assert topic in self.client.tracked, "written before its metadata was tracked"
         self.buf.append((topic, value))
+        delivered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.delivery_error is not None:
+            delivered.set_exception(self.delivery_error)
+        else:
+            delivered.set_result(None)
+        return delivered
 
     async def send_offsets_to_transaction(self, offsets, group_id) -> None:
         self.offsets = dict(offsets)
@@ -166,7 +178,29 @@ class FakeProducer:
         self.consumer.committed_offsets.update(offsets)
 
     async def abort_transaction(self) -> None:
-        pass
+        self.aborted += 1
+
+
+class FakeMetadataClient:
+    """The producer's client: which topics its metadata tracks, and how often it updated."""
+
+    def __init__(self) -> None:
+        self.tracked: set[str] = set()
+        self.updates = 0
+
+    def add_topic(self, topic: str) -> asyncio.Future[bool]:
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if topic in self.tracked:
+            done.set_result(True)
+        else:
+            self.tracked.add(topic)
+            self.updates += 1  # aiokafka asks for an update covering the new topic
+            asyncio.get_running_loop().call_soon(done.set_result, True)
+        return done
+
+    async def force_metadata_update(self) -> bool:
+        self.updates += 1
+        return True
 
 
 class Producers:
@@ -783,3 +817,46 @@ async def test_a_reply_topic_that_does_not_exist_is_refreshed_once_then_warned(g
     await gw._round({rq: [rec(rq, 2, 7, ANSWER, [("agui-reply-to", b"replies")])]})
     await gw._round({rq: [rec(rq, 3, 8, ANSWER, [("agui-reply-to", b"agui.warnings")])]})
     assert calls == [1]
+
+
+async def test_every_topic_a_round_writes_is_tracked_by_its_producer_before_the_first_write(gw):
+    """A producer's metadata covers only what it tracks once it tracks anything: a topic
+    written untracked would drop out of it and leave its batch without a leader."""
+    ev, rq = tps()
+    gw.consumer.topics = {*OWN_TOPICS, "fresh-replies"}
+    await assign(gw, ev, rq)
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
+    producer = gw.producers.made[0]
+    written = {t for t, _ in producer.sent}  # each send asserted its topic tracked
+    assert {"agui.bot.run-requests", "fresh-replies"} <= written
+    assert written <= producer.client.tracked
+    updates = producer.client.updates
+    assert updates > 0
+    # topics it already tracks cost no further metadata update
+    await gw._round({rq: [rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"fresh-replies")])]})
+    assert transactions(gw, "committed") == 2
+    assert producer.client.updates == updates
+
+
+async def test_a_record_the_producer_gives_up_on_aborts_the_transaction(gw):
+    """Committing without it would lose it behind the committed offsets."""
+    ev, rq = tps()
+    gw.consumer.topics = {*OWN_TOPICS, "replies"}
+    await assign(gw, ev, rq)
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    slot = gw.slots[("bot", 0)]
+    producer = gw.producers.made[0]
+    producer.delivery_error = KafkaError("batch expired")
+    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))
+    assert transactions(gw, "committed") == 0 and transactions(gw, "aborted") == 1
+    assert producer.aborted == 1 and not producer.sent
+    assert not slot.ready and ev in gw.consumer.paused  # read again from the last commit
+    await settle(gw)
+    assert slot.ready
+    gw.consumer.positions[ev] = 2
+    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))  # a fresh producer
+    assert transactions(gw, "committed") == 1
+    assert forwards(gw) == 1
