@@ -2,7 +2,7 @@
 
 - `approval_agent()`: a pydantic-ai agent (its AG-UI adapter) with a `FunctionModel`
   (no model, no network) and one tool that requires approval; counts requests and
-  tool calls.
+  tool calls, and keeps the `runId` of each request.
 - `langgraph_agent()`: a LangGraph graph whose node calls `interrupt()`, served by
   ag-ui-langgraph's FastAPI endpoint with the 1.0 interrupt outcome; counts
   requests and the node's runs past its interrupt.
@@ -70,6 +70,8 @@ def approval_agent() -> tuple[Starlette, Counters]:
 
     async def run(request: Request) -> Response:
         counters.requests += 1
+        # Starlette keeps the body, so the adapter reads it again.
+        counters.run_ids.append(orjson.loads(await request.body()).get("runId"))
         return await AGUIAdapter.dispatch_request(request, agent=agent)
 
     return Starlette(routes=[Route("/", run, methods=["POST"])]), counters

@@ -1,10 +1,15 @@
-"""The official `@ag-ui/client` (HttpAgent, pinned 1.0.0) through the edge, the real broker,
-a real gateway and a simulated agent.
+"""The official `@ag-ui/client` (HttpAgent, pinned 1.0.0) through the whole loop:
+HttpAgent -> `agui-gateway edge` -> requests topic -> `agui-gateway run` -> run-requests
+-> `agui-gateway bridge` -> a real pydantic-ai agent -> events -> edge -> HttpAgent.
+
+The broker is the real local one; the edge, the gateway and the bridge are real
+subprocesses; the agent is the bridge tests' pydantic-ai agent (its AG-UI adapter, a
+`FunctionModel`, one tool with `requires_approval=True`), served by uvicorn in this
+test's event loop, offline. Its interrupt carries pydantic-ai's own `responseSchema`
+(`approved` a strict boolean, required), which the gateway checks resumes against.
 
 The client is installed with npm from `tests/edge/node/package.json` into
-`.cache/node/edge-client/` (git-ignored) on first use. The agent is
-`tests/client/simulated_agent.py`; anything that serves the run-requests topic
-(the agent bridge with a real agent) can take its place in `serving_agent`.
+`.cache/node/edge-client/` (git-ignored) on first use.
 """
 
 from __future__ import annotations
@@ -15,14 +20,20 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.client.simulated_agent import SimulatedAgent
+from tests.bridge.agents import Served, approval_agent
+from tests.bridge.support import BridgeProcess, bridge_settings
 from tests.edge.support import EdgeProcess
 from tests.integration.support import REPO_ROOT, GatewayProcess, Namespace
 
-AGENT = "assistant"
+pytestmark = pytest.mark.integration
+
+AGENT = "payments"
+USER = [{"id": "u1", "role": "user", "content": "please pay alice"}]
+
 NODE_DIR = Path(__file__).resolve().parent / "node"
 CACHE = REPO_ROOT / ".cache" / "node" / "edge-client"
 CLIENT_VERSION = json.loads((NODE_DIR / "package.json").read_text())["dependencies"][
@@ -62,12 +73,13 @@ def installed_client() -> Path:
     return modules
 
 
-async def drive(modules: Path, url: str, thread_id: str) -> dict:
+async def drive(modules: Path, url: str, thread_id: str, messages: list[Any]) -> dict:
     proc = await asyncio.create_subprocess_exec(
         "node",
         str(NODE_DIR / "drive_http_agent.cjs"),
         url,
         thread_id,
+        json.dumps(messages),
         env={"PATH": os.environ["PATH"], "NODE_PATH": str(modules)},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -84,48 +96,64 @@ async def ns(kafka_bootstrap: str) -> Namespace:
     return namespace
 
 
-def serving_agent(ns: Namespace) -> SimulatedAgent:
-    return SimulatedAgent(ns.bootstrap, ns.run_requests(AGENT), ns.events(AGENT))
-
-
-async def test_http_agent_interrupt_guard_rejection_and_resume(
+async def test_http_agent_through_gateway_bridge_and_pydantic_ai_agent(
     ns: Namespace, tmp_path: Path, create_topics
 ) -> None:
     modules = installed_client()
     # The edge's reply topic exists before the gateway starts (see the README's note).
     await create_topics([f"{ns.prefix}.edge-replies"])
-    gateway = await GatewayProcess(ns, tmp_path).start()
-    edge = await EdgeProcess(ns, tmp_path).start()
-    try:
-        async with serving_agent(ns) as agent:
-            report = await drive(modules, f"{edge.url}/agents/{AGENT}", "thread-node-1")
-        sent_run_ids = [i["runId"] for i in agent.inputs]
-    finally:
-        await edge.stop()
-        await gateway.stop()
+    app, counters = approval_agent()
+    async with Served(app) as served:
+        gateway = await GatewayProcess(ns, tmp_path, "gateway").start()
+        bridge = await BridgeProcess(
+            ns, tmp_path, "bridge", **bridge_settings(ns, {AGENT: {"url": served.url}})
+        ).start()
+        edge = await EdgeProcess(ns, tmp_path).start()
+        try:
+            report = await drive(modules, f"{edge.url}/agents/{AGENT}", "thread-node-1", USER)
+        finally:
+            await edge.stop()
+            await bridge.stop()
+            await gateway.stop()
 
+    # 1. The agent wants approval for its tool: the run ends in an interrupt carrying
+    #    pydantic-ai's responseSchema; the tool has not run.
     first = report["first"]
     assert first["ok"], first
     assert first["types"][0] == "RUN_STARTED" and first["types"][-1] == "RUN_FINISHED"
-    assert report["pendingAfterFirst"] == ["approve-run-1"]
+    assert "TOOL_CALL_START" in first["types"]
+    [interrupt] = report["pendingAfterFirst"]
+    schema = interrupt["responseSchema"]
+    assert schema is not None and "approved" in schema.get("required", []), interrupt
+    assert report["messagesAfterFirst"][-1] == {
+        "role": "assistant",
+        "toolCalls": ["transfer_funds"],
+    }
 
+    # 2. The client's own guard refuses a run leaving the interrupt uncovered, unsent.
     uncovered = report["uncovered"]
-    assert not uncovered["ok"] and uncovered["status"] is None
-    assert "pending interrupt" in uncovered["message"] and "approve-run-1" in uncovered["message"]
+    assert not uncovered["ok"] and uncovered["status"] is None, uncovered
+    assert "pending interrupt" in uncovered["message"]
+    assert interrupt["id"] in uncovered["message"]
 
+    # 3. A resume breaking the responseSchema: the gateway's 422, before any run starts.
     bad = report["badPayload"]
     assert not bad["ok"] and bad["status"] == 422, bad
-    assert bad["types"] == []  # rejected before any run started
+    assert bad["types"] == []
     codes = [reason["code"] for reason in bad["payload"]["reasons"]]
     assert codes and set(codes) == {"payload_schema_mismatch"}
-    assert bad["payload"]["reasons"][0]["interruptId"] == "approve-run-1"
-    assert report["pendingAfterBad"] == ["approve-run-1"]
+    assert bad["payload"]["reasons"][0]["interruptId"] == interrupt["id"]
+    assert [i["id"] for i in report["pendingAfterBad"]] == [interrupt["id"]]
 
+    # 4. The approving resume: the tool runs and the run completes.
     resumed = report["resumed"]
     assert resumed["ok"], resumed
     assert resumed["types"][0] == "RUN_STARTED" and resumed["types"][-1] == "RUN_FINISHED"
     assert report["pendingAfterResume"] == []
-    assert report["lastMessage"] == "Sent as approved "
+    assert report["lastMessage"] == {"role": "assistant", "content": "Done: sent 100 to alice"}
 
-    # Only what the gateway forwarded reached the agent: not the guarded run-2, not run-3.
-    assert sent_run_ids == ["run-1", "run-4"]
+    # The agent's own counters: only the forwarded runs reached it (not the guarded
+    # run-2, not the rejected run-3), and the approved tool ran exactly once.
+    assert counters.run_ids == ["run-1", "run-4"]
+    assert counters.requests == 2
+    assert counters.tool_calls == 1

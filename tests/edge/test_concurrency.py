@@ -66,7 +66,10 @@ async def test_200_concurrent_streams_through_one_edge(ns: Namespace, tmp_path: 
                 assert_complete_and_in_order(run, status, raw)
 
             await asyncio.gather(*(one(i) for i in range(200)))
-            metrics = (await http.get(edge.url + "/metrics")).text
+        # A fresh connection: the server may close a pooled one that sat idle past its
+        # keep-alive while the last streams ran, and httpx does not retry on that.
+        async with httpx.AsyncClient(timeout=30) as fresh:
+            metrics = (await fresh.get(edge.url + "/metrics")).text
         assert 'agui_gateway_edge_requests_total{status="200",verdict="forward"} 200.0' in metrics
         assert 'agui_gateway_edge_streams_ended_total{end="closed"} 200.0' in metrics
         assert "agui_gateway_edge_open_streams 0.0" in metrics
