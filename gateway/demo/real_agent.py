@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import uvicorn
 
 TOOL = "transfer_funds"
@@ -43,6 +44,7 @@ def missing() -> str | None:
 class AgentCounters:
     requests: int = 0  # HTTP runs the agent was asked for
     tool_calls: int = 0  # times the approved tool really ran
+    run_ids: list[str] = field(default_factory=list)  # the runId of each run asked for
 
 
 def approval_agent() -> tuple[Any, AgentCounters]:
@@ -92,6 +94,11 @@ def approval_agent() -> tuple[Any, AgentCounters]:
 
     async def run(request: Request) -> Response:
         counters.requests += 1
+        try:
+            run_id = orjson.loads(await request.body()).get("runId")
+        except (orjson.JSONDecodeError, AttributeError):
+            run_id = None  # the adapter answers what it cannot read
+        counters.run_ids.append(str(run_id))
         return await AGUIAdapter.dispatch_request(request, agent=agent)
 
     return Starlette(routes=[Route("/", run, methods=["POST"])]), counters

@@ -21,16 +21,15 @@ from typing import Any
 
 import orjson
 import uvicorn
-from pydantic_ai import Agent, DeferredToolRequests
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
-from pydantic_ai.ui.ag_ui import AGUIAdapter
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.demo.real_agent import approval_agent
 from tests.integration.support import free_port
+
+__all__ = ["Counters", "Served", "approval_agent", "langgraph_agent", "scripted_agent"]
 
 
 @dataclass
@@ -39,42 +38,6 @@ class Counters:
     tool_calls: int = 0
     modes: list[str] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
-
-
-def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    for part in messages[-1].parts:
-        if isinstance(part, ToolReturnPart):
-            return ModelResponse(parts=[TextPart(f"Done: {part.content}")])
-    return ModelResponse(parts=[ToolCallPart("transfer_funds", {"amount": 100, "to": "alice"})])
-
-
-async def _stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
-    for part in messages[-1].parts:
-        if isinstance(part, ToolReturnPart):
-            yield f"Done: {part.content}"
-            return
-    yield {0: DeltaToolCall(name="transfer_funds", json_args='{"amount": 100, "to": "alice"}')}
-
-
-def approval_agent() -> tuple[Starlette, Counters]:
-    counters = Counters()
-    agent: Agent[None, str | DeferredToolRequests] = Agent(
-        FunctionModel(_model, stream_function=_stream), output_type=[str, DeferredToolRequests]
-    )
-
-    @agent.tool_plain(requires_approval=True)
-    def transfer_funds(amount: int, to: str) -> str:
-        """Send money."""
-        counters.tool_calls += 1
-        return f"sent {amount} to {to}"
-
-    async def run(request: Request) -> Response:
-        counters.requests += 1
-        # Starlette keeps the body, so the adapter reads it again.
-        counters.run_ids.append(orjson.loads(await request.body()).get("runId"))
-        return await AGUIAdapter.dispatch_request(request, agent=agent)
-
-    return Starlette(routes=[Route("/", run, methods=["POST"])]), counters
 
 
 LANGGRAPH_SCHEMA = {
