@@ -1,7 +1,9 @@
 """`agui-gateway check`: the offline judge.
 
 Replays one thread's events through the core, then judges one input, exactly
-as the service would (minus Kafka). Prints one JSON object.
+as the service would (minus Kafka). Prints one JSON object; on a forward its
+`input` is what the service would forward: the input file's own bytes less the
+stripped members, every value as written (`1E9` stays `1E9`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.codec import jsonio
-from gateway.core import Policy, ThreadState, Verdict, apply_event, judge
+from gateway.core import Decision, Policy, ThreadState, Verdict, apply_event, judge
 from gateway.core.expiry import iso_micros
 from gateway.core.findings import Finding
 
@@ -55,13 +57,14 @@ def read_events(path: Path) -> list[Any]:
     return events
 
 
-def read_input(path: Path) -> Any:
+def read_input(path: Path) -> tuple[bytes, Any]:
+    """The input file's bytes and their JSON value."""
     try:
         body = path.read_bytes()
     except OSError as exc:
         raise CheckInputError(f"cannot read input file {path}: {exc.strerror}") from None
     try:
-        return jsonio.loads(body)
+        return body, jsonio.loads(body)
     except (jsonio.JSONDecodeError, jsonio.TooDeep) as exc:
         raise CheckInputError(f"{path}: not JSON: {exc}") from None
 
@@ -75,7 +78,16 @@ def _thread_of(events: list[Any], raw_input: Any) -> str:
     return ""
 
 
-def run_check(events: list[Any], raw_input: Any, now_ms: int, policy: Policy) -> CheckResult:
+def run_check(
+    events: list[Any],
+    raw_input: Any,
+    now_ms: int,
+    policy: Policy,
+    body: bytes | None = None,
+) -> CheckResult:
+    """Judge `raw_input` after `events`. `body`, the bytes `raw_input` was read from,
+    makes a forward's `input` those bytes as the service forwards them; without it
+    the decoded value is written."""
     thread_id = _thread_of(events, raw_input)
     state: ThreadState | None = None
     event_warnings: list[Finding] = []
@@ -95,15 +107,28 @@ def run_check(events: list[Any], raw_input: Any, now_ms: int, policy: Policy) ->
             )
     decision, _ = judge(state, raw_input, now_ms, policy, thread_id=thread_id or None)
     document = decision.to_json()
+    if decision.verdict is Verdict.FORWARD and body is not None:
+        document["input"] = jsonio.verbatim(_forwarded(body, decision))
     document["warnings"] = [w.to_json() for w in event_warnings] + document["warnings"]
     return CheckResult(decision.verdict, document)
+
+
+def _forwarded(body: bytes, decision: Decision) -> bytes:
+    """The bytes the service forwards for `body` (gateway.kafka.pair does the same):
+    the input as received less the members the judge removed, or, for a document
+    too deep to keep its number tokens, the decoded value written. Whitespace around
+    the value is left out so that it sits in the document like any member."""
+    forward = jsonio.without(body, list(decision.removed))
+    if forward is None:
+        return jsonio.dumps(decision.input)
+    return forward.strip(b" \t\n\r")
 
 
 def main(events_path: str, input_path: str, now: str | None, strict: bool) -> int:
     try:
         now_ms = parse_now(now)
         events = read_events(Path(events_path))
-        raw_input = read_input(Path(input_path))
+        body, raw_input = read_input(Path(input_path))
     except CheckInputError as exc:
         print(f"agui-gateway check: {exc}", file=sys.stderr)
         return 2
@@ -115,7 +140,7 @@ def main(events_path: str, input_path: str, now: str | None, strict: bool) -> in
     previous_hook = sys.unraisablehook
     sys.unraisablehook = lambda unraisable: ignored.append(type(unraisable.exc_value).__name__)
     try:
-        result = run_check(events, raw_input, now_ms, Policy(strict=strict))
+        result = run_check(events, raw_input, now_ms, Policy(strict=strict), body)
         try:
             body = orjson.dumps(result.document, option=orjson.OPT_INDENT_2)
         except orjson.JSONEncodeError:  # big integers or deep nesting: compact, but exact

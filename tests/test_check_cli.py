@@ -398,3 +398,49 @@ def test_a_failure_of_the_gateway_itself_is_exit_2_with_one_line(tmp_path, capfd
         "agui-gateway check: the gateway failed while judging: RecursionError: maximum "
         "recursion depth exceeded while judging (a defect)\n"
     )
+
+
+# --- the forwarded input is the input's own bytes, as the service forwards them ----------
+
+EXACT_NUMBERS = {
+    "upper_exponent": "1E9",
+    "negative_zero": "-0",
+    "underflow": "1e-400",
+    "twenty_digits": "1.00000000000000000001",
+    "beyond_a_double": "1" + "0" * 309,
+    "negative_beyond": "-1" + "0" * 400,
+}
+
+
+def exact_input(stripped: bool) -> str:
+    numbers = ", ".join(f'"{name}": {token}' for name, token in EXACT_NUMBERS.items())
+    entry = '{"interruptId": "int-1", "status": "resolved", "payload": {"n": [1E9, -0]}}'
+    unknown = ', "notAField": {"x": 1e-400}' if stripped else ""
+    return (
+        f'{{"threadId": "{THREAD}", "runId": "run-2", "messages": [], '
+        f'"resume": [{entry}], "forwardedProps": {{{numbers}}}{unknown}}}'
+    )
+
+
+@pytest.mark.parametrize("stripped", [False, True], ids=["as_received", "member_stripped"])
+def test_the_forwarded_input_keeps_every_number_token(tmp_path, capfd, stripped):
+    import orjson
+
+    from gateway.codec import jsonio
+
+    events = [json.dumps(e) for e in interrupted_run(APPROVAL)]
+    status, out, err = run_main(tmp_path, events, exact_input(stripped), capfd)
+    assert status == 0 and err == ""
+    # the numbers as tokens: a reader that keeps them shows exactly what was written
+    document = json.loads(
+        out, parse_float=lambda t: ("number", t), parse_int=lambda t: ("number", t)
+    )
+    forwarded = document["input"]
+    assert forwarded["forwardedProps"] == {k: ("number", t) for k, t in EXACT_NUMBERS.items()}
+    assert forwarded["resume"][0]["payload"] == {"n": [("number", "1E9"), ("number", "-0")]}
+    assert "notAField" not in forwarded
+    codes = [w["code"] for w in document["warnings"]]
+    assert codes == (["unknown_member_stripped"] if stripped else [])
+    # readable by the gateway's own reader, and by orjson once no integer is beyond a double
+    assert jsonio.loads(out.encode())["verdict"] == "forward"
+    assert orjson.loads(out.replace("1" + "0" * 309, "1").replace("-1" + "0" * 400, "1"))

@@ -92,6 +92,16 @@ def preview(value: object, limit: int = PREVIEW_CHARS) -> str:
     return rendered
 
 
+CLIP_CHARS = 300
+
+
+def clip(text: str, limit: int = CLIP_CHARS) -> str:
+    """Text made for a finding (a JSON Pointer into an input, a validator's message)
+    cut to `limit` characters. Such text can carry a member name or tag of any length
+    from the input; values themselves are rendered with `preview`."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class _Text(str):
     """Literal text on the preview's stack, told apart from string values."""
 

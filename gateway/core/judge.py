@@ -16,7 +16,7 @@ from typing import Any
 from gateway.core import expiry, response_schema
 from gateway.core.codes import Reason, Verdict, Warn
 from gateway.core.decision import Answer, Decision, Policy
-from gateway.core.findings import Finding, pointer
+from gateway.core.findings import Finding, clip, pointer, preview
 from gateway.core.jsontext import to_json
 from gateway.core.shape import Path, read_input, remove_paths
 from gateway.core.state import (
@@ -75,7 +75,8 @@ def judge(
     if isinstance(raw_thread, str) and thread_id is not None and raw_thread != thread_id:
         found.reject(
             Reason.THREAD_MISMATCH,
-            f"input names thread {raw_thread!r} but was addressed to thread {thread_id!r}",
+            f"input names thread {preview(raw_thread)} but was addressed to thread "
+            f"{preview(thread_id)}",
             path="/threadId",
         )
     thread_id = (
@@ -84,7 +85,7 @@ def judge(
         else (raw_thread if isinstance(raw_thread, str) else None)
     )
     for where, message in shape.malformed:
-        found.reject(Reason.MALFORMED_INPUT, message, path=where)
+        found.reject(Reason.MALFORMED_INPUT, clip(message), path=where)
     if shape.model is None or shape.doc is None:
         return _reject(found, thread_id, run_id), state
 
@@ -103,13 +104,15 @@ def judge(
         where = pointer(*path)
         found.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
-            f"unrecognised union member stripped at {where}: {message}",
+            f"unrecognised union member stripped at {clip(where)}: {clip(message)}",
             path=where,
         )
     strip: list[Path] = list(shape.unknown)
     for path in shape.unknown[: max(0, MAX_STRIP_WARNINGS - len(shape.stripped_unions))]:
         where = pointer(*shape.original(path))
-        found.warn(Warn.UNKNOWN_MEMBER_STRIPPED, f"unknown member {where} stripped", path=where)
+        found.warn(
+            Warn.UNKNOWN_MEMBER_STRIPPED, f"unknown member {clip(where)} stripped", path=where
+        )
     unlisted = len(shape.stripped_unions) + len(shape.unknown) - MAX_STRIP_WARNINGS
     if unlisted > 0:
         found.warn(
@@ -125,8 +128,8 @@ def judge(
         if len(indexes) > 1:
             found.reject(
                 Reason.DUPLICATE_ENTRY,
-                f"{len(indexes)} resume entries name interrupt {interrupt_id!r} "
-                f"(entries {', '.join(map(str, indexes))})",
+                f"{len(indexes)} resume entries name interrupt {preview(interrupt_id)} "
+                f"(entries {clip(', '.join(map(str, indexes)), 100)})",
                 interrupt_id=interrupt_id,
                 path=pointer("resume", indexes[1]),
             )
@@ -136,19 +139,20 @@ def judge(
     if not known:
         if policy.strict:
             found.reject(
-                Reason.THREAD_UNKNOWN, f"no run seen on thread {thread_id!r} (strict mode)"
+                Reason.THREAD_UNKNOWN,
+                f"no run seen on thread {preview(thread_id)} (strict mode)",
             )
         else:
             found.warn(
                 Warn.THREAD_UNKNOWN,
-                f"no run seen on thread {thread_id!r}; forwarded unjudged",
+                f"no run seen on thread {preview(thread_id)}; forwarded unjudged",
             )
     else:
         assert state is not None
         if state.status is RunStatus.ACTIVE:
             found.reject(
                 Reason.RUN_ACTIVE,
-                f"run {state.run_id!r} on thread {thread_id!r} is still active; "
+                f"run {preview(state.run_id)} on thread {preview(thread_id)} is still active; "
                 "a new input must wait until it closes",
             )
         else:
@@ -158,8 +162,8 @@ def judge(
                 if entry.interrupt_id in open_ids:
                     continue
                 detail = (
-                    f"resume entry names interrupt {entry.interrupt_id!r}, which is not open on "
-                    f"thread {thread_id!r}" + _not_open_because(state)
+                    f"resume entry names interrupt {preview(entry.interrupt_id)}, which is not "
+                    f"open on thread {preview(thread_id)}" + _not_open_because(state)
                 )
                 if policy.strict:
                     found.reject(
@@ -206,9 +210,9 @@ def _judge_open(
         if not indexes:
             found.reject(
                 Reason.UNCOVERED_INTERRUPT,
-                f"interrupt {interrupt.id!r} ({interrupt.reason}{_attribution(interrupt)}) of run "
-                f"{state.interrupts_run_id!r} has no resume entry; answer it or abandon it with status "
-                "'cancelled'",
+                f"interrupt {preview(interrupt.id)} ({preview(interrupt.reason)}"
+                f"{_attribution(interrupt)}) of run {preview(state.interrupts_run_id)} has no "
+                "resume entry; answer it or abandon it with status 'cancelled'",
                 interrupt_id=interrupt.id,
             )
             continue
@@ -217,7 +221,7 @@ def _judge_open(
         if interrupt.id in answered_before:
             found.reject(
                 Reason.ALREADY_RESUMED,
-                f"interrupt {interrupt.id!r} was already answered by a forwarded request; "
+                f"interrupt {preview(interrupt.id)} was already answered by a forwarded request; "
                 "wait for the agent's next run",
                 interrupt_id=interrupt.id,
                 path=pointer("resume", index),
@@ -235,7 +239,8 @@ def _judge_open(
         if judged is expiry.Expiry.UNREADABLE:
             found.warn(
                 Warn.EXPIRY_UNREADABLE,
-                f"expiresAt {interrupt.expires_at!r} of interrupt {interrupt.id!r} is not an "
+                f"expiresAt {preview(interrupt.expires_at)} of interrupt {preview(interrupt.id)} "
+                "is not an "
                 "ISO 8601 time; judged not expired",
                 interrupt_id=interrupt.id,
             )
@@ -244,7 +249,8 @@ def _judge_open(
         if judged is expiry.Expiry.EXPIRED:
             found.reject(
                 Reason.EXPIRED_INTERRUPT,
-                f"interrupt {interrupt.id!r} expired at {interrupt.expires_at}; it can only be "
+                f"interrupt {preview(interrupt.id)} expired at {preview(interrupt.expires_at)}; "
+                "it can only be "
                 "abandoned (status 'cancelled')",
                 interrupt_id=interrupt.id,
                 path=pointer("resume", index, "status"),
@@ -259,14 +265,15 @@ def _check_payload(interrupt: InterruptRecord, payload: Any, index: int, found: 
     if not result.usable:
         found.warn(
             Warn.RESPONSE_SCHEMA_UNUSABLE,
-            f"responseSchema of interrupt {interrupt.id!r} cannot be used ({result.detail}); "
+            f"responseSchema of interrupt {preview(interrupt.id)} cannot be used "
+            f"({clip(result.detail)}); "
             "payload not checked",
             interrupt_id=interrupt.id,
         )
     elif result.could_not_check:
         found.reject(
             Reason.PAYLOAD_SCHEMA_MISMATCH,
-            f"payload for interrupt {interrupt.id!r}: {result.detail}",
+            f"payload for interrupt {preview(interrupt.id)}: {clip(result.detail)}",
             interrupt_id=interrupt.id,
             path=pointer("resume", index, "payload"),
         )
@@ -274,21 +281,23 @@ def _check_payload(interrupt: InterruptRecord, payload: Any, index: int, found: 
         for where, message in result.problems:
             found.reject(
                 Reason.PAYLOAD_SCHEMA_MISMATCH,
-                f"payload for interrupt {interrupt.id!r} breaks its responseSchema at "
-                f"{where or '/'}: {message}",
+                f"payload for interrupt {preview(interrupt.id)} breaks its responseSchema at "
+                f"{clip(where or '/')}: {clip(message)}",
                 interrupt_id=interrupt.id,
                 path=pointer("resume", index, "payload") + where,
             )
 
 
 def _attribution(interrupt: InterruptRecord) -> str:
-    return f", subagent {interrupt.subagent_run_id}" if interrupt.subagent_run_id else ""
+    if not interrupt.subagent_run_id:
+        return ""
+    return f", subagent {preview(interrupt.subagent_run_id)}"
 
 
 def _not_open_because(state: ThreadState) -> str:
     if state.interrupts:
         return ""
-    return f" (its latest run {state.run_id!r} is {state.status}, not interrupted)"
+    return f" (its latest run {preview(state.run_id)} is {state.status}, not interrupted)"
 
 
 def _reject(found: _Findings, thread_id: str | None, run_id: str | None) -> Decision:

@@ -16,7 +16,7 @@ from typing import Any, get_args
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel, ValidationError
 
-from gateway.core.findings import pointer
+from gateway.core.findings import pointer, preview
 
 Path = tuple[str | int, ...]
 MAX_UNION_STRIPS = 64
@@ -191,7 +191,10 @@ _SCHEMA_WORDS = frozenset(
 
 def _tag_message(tag: str, name: str, choices: tuple[str, ...]) -> str:
     expected = ", ".join(f"'{c}'" for c in choices)
-    return f"Input tag '{tag}' found using '{name}' does not match any of the expected tags: {expected}"
+    return (
+        f"Input tag {preview(tag)} found using '{name}' does not match any of the expected "
+        f"tags: {expected}"
+    )
 
 
 def _unknown_tags(raw: dict[str, Any]) -> dict[Path, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.findings import PREVIEW_CHARS, Finding, pointer, preview
+from gateway.core.findings import CLIP_CHARS, PREVIEW_CHARS, Finding, clip, pointer, preview
 
 
 def nested(depth: int, leaf: object = "x", kind: type = list) -> object:
@@ -78,3 +78,10 @@ def test_a_finding_and_pointer_round_trip_to_json():
         "rule": "rule",
         "detail": "d",
     }
+
+
+def test_clip_keeps_short_text_and_cuts_long_text_saying_so():
+    assert clip("/messages/0/role") == "/messages/0/role"
+    assert clip("a" * CLIP_CHARS) == "a" * CLIP_CHARS
+    assert clip("/" + "k" * 100_000) == "/" + "k" * (CLIP_CHARS - 1) + "..."
+    assert clip("abcdef", 3) == "abc..."

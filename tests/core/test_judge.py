@@ -925,3 +925,81 @@ def test_thousands_of_stripped_members_are_warned_about_in_bounded_number():
     assert stripped[-1].detail.startswith("950 more")
     assert all("extra" not in m and m["role"] == "user" for m in decision.input["messages"])
     assert len(decision.input["messages"]) == 500
+
+
+# --- hostile values: every finding's text stays short, nothing raises -----------------------
+
+HUGE = "x" * 100_000
+DEEP: object = "x"
+for _ in range(1_000):
+    DEEP = [DEEP]
+SHORT_DETAIL = 1_000  # a few previews and clipped pointers/messages at most
+WITH_SCHEMA = {"type": "object", "additionalProperties": {"type": "integer"}}
+
+
+def open_with(*interrupts):
+    return state_of(*interrupted(*interrupts))
+
+
+HOSTILE_REQUESTS = {
+    # request-side values formatted into a detail
+    "thread_mismatch": (two_open(), run_input(thread_id=HUGE), LENIENT, THREAD),
+    "thread_unknown": (None, run_input(thread_id=HUGE), LENIENT, HUGE),
+    "thread_unknown_strict": (None, run_input(thread_id=HUGE), STRICT, HUGE),
+    "unrecognised_entry": (two_open(), run_input([entry(HUGE, "cancelled")]), LENIENT, THREAD),
+    "unrecognised_strict": (two_open(), run_input([entry(HUGE, "cancelled")]), STRICT, THREAD),
+    "duplicate_entry": (
+        two_open(),
+        run_input([entry(HUGE, "cancelled"), entry(HUGE, "cancelled")]),
+        LENIENT,
+        THREAD,
+    ),
+    "unknown_member": (two_open(), run_input([], **{HUGE: 1}), LENIENT, THREAD),
+    "unknown_role": (
+        two_open(),
+        run_input([], messages=[{"id": "m", "role": HUGE, "content": "x"}]),
+        LENIENT,
+        THREAD,
+    ),
+    "payload_mismatch": (
+        open_with(interrupt("int-1", responseSchema=WITH_SCHEMA)),
+        run_input([entry("int-1", payload={HUGE: HUGE})]),
+        LENIENT,
+        THREAD,
+    ),
+    "payload_mismatch_detailed": (  # small enough for the schema's messages to be computed
+        open_with(interrupt("int-1", responseSchema=WITH_SCHEMA)),
+        run_input([entry("int-1", payload={"k" * 1_400: "v"})]),
+        LENIENT,
+        THREAD,
+    ),
+    # the same fields nested 1,000 deep: malformed, said briefly
+    "deep_run_id": (two_open(), run_input(run_id=DEEP), LENIENT, THREAD),
+    "deep_interrupt_id": (two_open(), run_input([entry(DEEP)]), LENIENT, THREAD),
+    "deep_thread_id": (two_open(), run_input(thread_id=DEEP), LENIENT, THREAD),
+}
+EXPECTED = {
+    "thread_mismatch": Reason.THREAD_MISMATCH,
+    "thread_unknown": Warn.THREAD_UNKNOWN,
+    "thread_unknown_strict": Reason.THREAD_UNKNOWN,
+    "unrecognised_entry": Warn.UNRECOGNISED_ENTRY,
+    "unrecognised_strict": Reason.UNRECOGNISED_ENTRY,
+    "duplicate_entry": Reason.DUPLICATE_ENTRY,
+    "unknown_member": Warn.UNKNOWN_MEMBER_STRIPPED,
+    "unknown_role": Warn.UNKNOWN_MEMBER_STRIPPED,
+    "payload_mismatch": Reason.PAYLOAD_SCHEMA_MISMATCH,
+    "payload_mismatch_detailed": Reason.PAYLOAD_SCHEMA_MISMATCH,
+    "deep_run_id": Reason.MALFORMED_INPUT,
+    "deep_interrupt_id": Reason.MALFORMED_INPUT,
+    "deep_thread_id": Reason.MALFORMED_INPUT,
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_REQUESTS))
+def test_a_hostile_value_leaves_every_detail_short(case):
+    state, raw, policy, thread_id = HOSTILE_REQUESTS[case]
+    decision = decide(state, raw, policy, thread_id=thread_id)
+    findings = [*decision.reasons, *decision.warnings]
+    assert str(EXPECTED[case]) in codes(findings)
+    for finding in findings:
+        assert 0 < len(finding.detail) <= SHORT_DETAIL, (finding.code, finding.detail[:200])
