@@ -114,14 +114,11 @@ def run_check(
 
 
 def _forwarded(body: bytes, decision: Decision) -> bytes:
-    """The bytes the service forwards for `body` (gateway.kafka.pair does the same):
+    """The bytes the service forwards for `body` (`jsonio.forwarded`, as gateway.kafka.pair):
     the input as received less the members the judge removed, or, for a document
     too deep to keep its number tokens, the decoded value written. Whitespace around
     the value is left out so that it sits in the document like any member."""
-    forward = jsonio.without(body, list(decision.removed))
-    if forward is None:
-        return jsonio.dumps(decision.input)
-    return forward.strip(b" \t\n\r")
+    return jsonio.forwarded(body, list(decision.removed), decision.input).strip(b" \t\n\r")
 
 
 def main(events_path: str, input_path: str, now: str | None, strict: bool) -> int:

@@ -173,6 +173,14 @@ def without(data: bytes, paths: list[tuple[str | int, ...]]) -> bytes | None:
     return to_json(remove_paths(tree, paths))
 
 
+def forwarded(received: bytes, removed: list[tuple[str | int, ...]], value: Any) -> bytes:
+    """What a forward carries: the input as received less the members at `removed`,
+    every value exactly as sent; for a document too deep to keep its number tokens,
+    the decoded `value` written."""
+    out = without(received, removed)
+    return dumps(value) if out is None else out
+
+
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes of a value read by `loads` (or built from such values)."""
     return to_json(value)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.codec import changelog
-from gateway.codec.jsonio import without
+from gateway.codec.jsonio import forwarded
 from gateway.codec.records import (
     HEADER_CORRELATION_ID,
     HEADER_REPLY_TO,
@@ -407,9 +407,7 @@ class PartitionPair:
         forward: bytes | None = None
         if decision.verdict is Verdict.FORWARD:
             # the bytes received, less what was stripped: every value exactly as sent
-            forward = without(record.value or b"", list(decision.removed))
-            if forward is None:
-                forward = dumps(decision.input)
+            forward = forwarded(record.value or b"", list(decision.removed), decision.input)
             if len(forward) > MAX_RECORD_BYTES:
                 decision = _too_large(decision, len(forward))
                 forward, new = None, None  # not forwarded: nothing to remember
