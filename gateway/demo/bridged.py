@@ -73,7 +73,8 @@ class BridgedStats:
     gave_up: Counter[str] = field(default_factory=Counter)  # step -> conversations given up
 
 
-def run_input(thread: str, messages: list[Any], resume: list[Any] | None = None) -> bytes:
+def run_input(thread: str, messages: list[Any], resume: list[Any] | None = None) -> dict[str, Any]:
+    """A RunAgentInput (wire names) for the real agent's thread."""
     body: dict[str, Any] = {
         "threadId": thread,
         "runId": f"run-{uuid.uuid4().hex[:12]}",
@@ -85,7 +86,7 @@ def run_input(thread: str, messages: list[Any], resume: list[Any] | None = None)
     }
     if resume is not None:
         body["resume"] = resume
-    return orjson.dumps(body)
+    return body
 
 
 def history(events: list[dict[str, Any]]) -> list[Any]:
@@ -268,7 +269,7 @@ class BridgedClient:
             self.threads.pop(thread, None)
             self.closed.pop(thread, None)
 
-    async def _send(self, thread: str, body: bytes, expect: str, step: str) -> bool:
+    async def _send(self, thread: str, body: dict[str, Any], expect: str, step: str) -> bool:
         """Send a request; True when its verdict is `expect` (else it is counted unexpected)."""
         assert self.producer is not None
         correlation = uuid.uuid4().hex
@@ -278,7 +279,7 @@ class BridgedClient:
         try:
             await self.producer.send_and_wait(
                 self.topics.requests,
-                body,
+                orjson.dumps(body),
                 key=thread.encode(),
                 headers=[
                     (HEADER_REPLY_TO, self.reply_topic.encode()),

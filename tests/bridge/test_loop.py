@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.demo.bridged import run_input
 from tests.bridge.agents import Counters, Served, approval_agent, langgraph_agent
 from tests.bridge.support import BridgeProcess, TopicReader, bridge_settings, closed_runs
 from tests.integration.support import GatewayProcess, Namespace, header, produce
@@ -24,21 +25,6 @@ pytestmark = pytest.mark.integration
 PYDANTIC_AI = "payments"
 LANGGRAPH = "approvals"
 USER = [{"id": "u1", "role": "user", "content": "please pay alice"}]
-
-
-def run_input(thread: str, messages: list[Any], resume: list[Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "threadId": thread,
-        "runId": f"run-{uuid.uuid4().hex[:8]}",
-        "messages": messages,
-        "tools": [],
-        "context": [],
-        "state": {},
-        "forwardedProps": {},
-    }
-    if resume is not None:
-        body["resume"] = resume
-    return body
 
 
 def history_after(events: list[dict[str, Any]]) -> list[Any]:

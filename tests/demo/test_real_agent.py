@@ -15,11 +15,11 @@ from gateway.demo.real_agent import ServedAgent, missing
 from gateway.settings import Settings
 
 
-async def run(client: httpx.AsyncClient, url: str, body: bytes) -> list[dict[str, Any]]:
+async def run(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """POST a RunAgentInput; the SSE stream's events."""
     response = await client.post(
         url,
-        content=body,
+        content=orjson.dumps(body),
         headers={"content-type": "application/json", "accept": "text/event-stream"},
     )
     assert response.status_code == 200, response.text
