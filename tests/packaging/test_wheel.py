@@ -42,6 +42,20 @@ def test_the_wheel_ships_every_schema_file(wheel: Path) -> None:
     assert set(expected) <= set(shipped), shipped
 
 
+def run_outside(
+    installed: Installed, outside: Path, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed venv's program with `args` from a directory outside the checkout."""
+    return subprocess.run(
+        list(args),
+        cwd=outside,
+        env=installed.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def test_the_installed_package_reads_its_schemas_outside_the_checkout(
     installed: Installed, outside: Path
 ) -> None:
@@ -49,14 +63,7 @@ def test_the_installed_package_reads_its_schemas_outside_the_checkout(
         "import gateway, gateway.codec.changelog as c; "
         "c.schema(c.CURRENT_VERSION); print(gateway.__file__)"
     )
-    result = subprocess.run(
-        [str(installed.python), "-c", code],
-        cwd=outside,
-        env=installed.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_outside(installed, outside, str(installed.python), "-c", code)
     assert result.returncode == 0, result.stderr
     location = Path(result.stdout.strip())
     assert installed.venv in location.parents, location  # not the checkout's sources
@@ -66,14 +73,7 @@ def test_the_installed_package_reads_its_schemas_outside_the_checkout(
 def test_every_command_of_the_installed_script_answers_help(
     installed: Installed, outside: Path, command: str
 ) -> None:
-    result = subprocess.run(
-        [str(installed.script()), command, "--help"],
-        cwd=outside,
-        env=installed.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_outside(installed, outside, str(installed.script()), command, "--help")
     assert result.returncode == 0, result.stderr
     assert command in result.stdout
 
@@ -87,14 +87,7 @@ def test_every_module_of_the_installed_package_imports(installed: Installed, out
         "for name in names: importlib.import_module(name)\n"
         "print(len(names), ' '.join(names))\n"
     )
-    result = subprocess.run(
-        [str(installed.python), "-c", script],
-        cwd=outside,
-        env=installed.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_outside(installed, outside, str(installed.python), "-c", script, timeout=120)
     assert result.returncode == 0, result.stderr
     for module in ("gateway.bridge.service", "gateway.edge.app", "gateway.client.client"):
         assert module in result.stdout.split()
