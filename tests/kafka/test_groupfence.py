@@ -143,9 +143,12 @@ async def test_offsets_sent_in_a_transaction_become_visible_on_commit(setup) -> 
         await consumer.stop()
 
 
-@pytest.mark.parametrize("how", ["new-generation", "left-the-group"])
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [("new-generation", "ILLEGAL_GENERATION"), ("left-the-group", "UNKNOWN_MEMBER_ID")],
+)
 async def test_a_zombie_of_an_old_generation_cannot_commit_and_its_output_stays_unseen(
-    setup, how: str
+    setup, how: str, reason: str
 ) -> None:
     settings, topics, unique = setup
     first = await member(settings, topics)
@@ -182,7 +185,7 @@ async def test_a_zombie_of_an_old_generation_cannot_commit_and_its_output_stays_
 
         with pytest.raises(GroupFenced, match="fenced by the group") as refused:
             await groupfence.send_offsets_to_transaction(zombie, {topics.tp: 3}, old)
-        assert refused.value.reason in {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID"}
+        assert refused.value.reason == reason, refused.value
         await zombie.abort_transaction()
 
         # nothing of the zombie is committed: the new owner starts from scratch
@@ -252,3 +255,50 @@ async def test_a_member_without_a_generation_is_refused_before_sending(setup) ->
         await producer.abort_transaction()
     finally:
         await producer.stop()
+
+
+async def test_a_static_member_replaced_under_its_instance_id_is_fenced(setup) -> None:
+    settings, topics, unique = setup
+    instance = unique("gf-instance")
+
+    async def static_member() -> AIOKafkaConsumer:
+        consumer = clients.consumer(
+            settings,
+            topics.source,
+            group_id=topics.group,
+            group_instance_id=instance,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+        )
+        await consumer.start()
+        return consumer
+
+    first = await static_member()
+    zombie = await transactional(settings, unique("gf-static-zombie"))
+    second: AIOKafkaConsumer | None = None
+    try:
+        [old] = await until_members([first], lambda m: m[0].generation_id > 0)
+        assert old.group_instance_id == instance
+        await zombie.begin_transaction()
+        await zombie.send_and_wait(topics.output, b"zombie", partition=0)
+
+        # the same instance id comes back (a restarted instance): the old member id is fenced
+        second = await static_member()
+        [new] = await until_members([second], lambda m: m[0].member_id != old.member_id)
+        assert new.group_instance_id == instance
+
+        with pytest.raises(GroupFenced, match="fenced by the group") as refused:
+            await groupfence.send_offsets_to_transaction(zombie, {topics.tp: 3}, old)
+        assert refused.value.reason == "FENCED_INSTANCE_ID", refused.value
+        await zombie.abort_transaction()
+        stable = await groupfence.fetch_committed_offsets(second, [topics.tp], timeout_s=WAIT_S)
+        assert stable == {topics.tp: None}
+    finally:
+        await zombie.stop()
+        if second is not None:
+            await second.stop()
+        try:
+            await first.stop()
+        except Exception as exc:  # noqa: BLE001  (the fenced member may fail to leave)
+            logging.getLogger(__name__).info("the fenced member stopped with %r", exc)
