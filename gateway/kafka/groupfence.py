@@ -80,6 +80,9 @@ aiokafka sends only `TxnOffsetCommit` v0 and `OffsetFetch` without
    transaction the next commit would commit.
 4. The consumer's group coordinator (`consumer._coordinator`: `group_id`,
    `generation`, `member_id`, `_group_instance_id`) and client (`consumer._client`).
+5. The versions a connection negotiated (`client._get_conn(...)._versions`), to
+   refuse plainly when the broker lacks v3 / v7 instead of letting aiokafka's
+   sender fail on them.
 The protocol classes use aiokafka's own flexible-version types (`CompactString`,
 `CompactArray`, `TaggedFields`, `RequestStruct.FLEXIBLE_VERSION`).
 """
