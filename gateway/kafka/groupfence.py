@@ -140,7 +140,8 @@ GROUP_FENCE_CODES = {
 }
 # Retried with a new coordinator lookup / after a backoff.
 COORDINATOR_MOVED = {14, 15, 16}  # load in progress, not available, not coordinator
-RETRIABLE = {3, 7, 51}  # unknown topic or partition, request timed out, concurrent txns
+REQUEST_TIMED_OUT = 7
+RETRIABLE = {3, 51}  # unknown topic or partition, concurrent transactions
 PRODUCER_FENCED = {47, 90}  # invalid producer epoch, producer fenced
 
 
@@ -514,7 +515,7 @@ class _Kip447CommitHandler(TxnOffsetCommitHandler):  # type: ignore[misc]  # rea
                         txn_manager, GroupFenced(self._group, GROUP_FENCE_CODES[error_code])
                     )
                     return None
-                if error_code in COORDINATOR_MOVED:
+                if error_code in COORDINATOR_MOVED or error_code == REQUEST_TIMED_OUT:
                     self._sender._coordinator_dead(CoordinationType.GROUP)
                     return float(self._default_backoff)
                 if error_code in RETRIABLE:
