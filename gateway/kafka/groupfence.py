@@ -118,8 +118,6 @@ from aiokafka.protocol.types import (
 
 log = logging.getLogger(__name__)
 
-TXN_OFFSET_COMMIT_VERSION = 3
-OFFSET_FETCH_VERSION = 7
 NO_LEADER_EPOCH = -1
 RETRY_BACKOFF_S = 0.1
 
@@ -560,7 +558,12 @@ def _install(producer: AIOKafkaProducer) -> _Fence:
         except kafka_errors.GroupAuthorizationFailedError as exc:
             _fail_abortable(self._txn_manager, exc)
             return
-        conn = await self.client._get_conn(node_id, group=ConnectionGroup.COORDINATION)
+        try:
+            conn = await self.client._get_conn(node_id, group=ConnectionGroup.COORDINATION)
+        except kafka_errors.KafkaError:  # the coordinator left the metadata: look again
+            self._coordinator_dead(CoordinationType.GROUP)
+            await asyncio.sleep(self._retry_backoff)
+            return
         if conn is not None:
             try:
                 _prepare(TxnOffsetCommitRequestV3("", 0, 0, group, {}), conn._versions)
