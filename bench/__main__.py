@@ -34,7 +34,7 @@ from bench.config import SIZES, Context
 from bench.report import machine, now_iso, source_version, write
 from gateway.observe.logs import JsonFormatter
 
-SCENARIOS = ("ingest", "decisions", "latency", "memory", "restore", "core")
+SCENARIOS = ("ingest", "decisions", "latency", "pause", "hog", "memory", "restore", "core")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 

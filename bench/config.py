@@ -23,6 +23,13 @@ class Size:
     restore_threads: int
     core_seconds: float  # time budget per core micro-benchmark
     pair_events: int  # records fed to one PartitionPair without Kafka
+    # pause recovery and CPU hog (issue 13): runs of each (worst reported)
+    disturb_repeat: int = 1
+    pause_run_seconds: float = 5  # load offered at latency_rate for this long
+    pause_at_seconds: float = 1.5  # SIGSTOP this far into the load
+    pause_seconds: float = 2
+    hog_rate: float = 100  # requests/s offered with one core taken
+    hog_seconds: float = 3
 
 
 SIZES = {
@@ -53,6 +60,10 @@ SIZES = {
         restore_threads=20_000,
         core_seconds=0.5,
         pair_events=100_000,
+        pause_run_seconds=10,
+        pause_at_seconds=3,
+        hog_rate=300,
+        hog_seconds=8,
     ),
     "full": Size(
         name="full",
@@ -67,6 +78,11 @@ SIZES = {
         restore_threads=100_000,
         core_seconds=1.0,
         pair_events=300_000,
+        disturb_repeat=2,
+        pause_run_seconds=15,
+        pause_at_seconds=5,
+        hog_rate=500,
+        hog_seconds=15,
     ),
 }
 

@@ -27,12 +27,18 @@ EXPECTED = {
     "decisions.baseline_per_s",
     "latency.p50_ms",
     "latency.p99_ms",
+    "pause.recovery_seconds",
+    "pause.p99_after_ms",
+    "hog.p99_ms",
+    "hog.p50_ms",
     "memory.idle_bytes_per_thread",
     "memory.interrupted_bytes_per_thread",
     "restore.ratio",
     "core.judge_per_s",
     "core.apply_event_per_s",
 }
+# figures that may truly be zero (p99 already back in the first window after the pause)
+MAY_BE_ZERO = {"pause.recovery_seconds"}
 
 
 def test_tiny_benchmark_writes_every_figure(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -52,7 +58,8 @@ def test_tiny_benchmark_writes_every_figure(kafka_bootstrap: str, tmp_path: Path
     assert EXPECTED <= set(figures), sorted(EXPECTED - set(figures))
     for key, f in figures.items():
         value = f["value"]
-        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (key, value)
+        assert isinstance(value, int | float) and math.isfinite(value), (key, value)
+        assert value > 0 or (key in MAY_BE_ZERO and value == 0), (key, value)
     headline = [f for f in figures.values() if f["headline"]]
     assert headline and all(f["target"] and isinstance(f["met"], bool) for f in headline)
     machine = data["machine"]
