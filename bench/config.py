@@ -30,6 +30,12 @@ class Size:
     pause_seconds: float = 2
     hog_rate: float = 100  # requests/s offered with one core taken
     hog_seconds: float = 3
+    # the fleet (issue 15): agents (4 partitions each) per measured size, and its phases
+    fleet_agents: tuple[int, ...] = (2,)
+    fleet_idle_seconds: float = 2
+    fleet_load_seconds: float = 3  # at each of 50 and 200 requests/s in total
+    fleet_add_seconds: float = 4  # 50 requests/s while one agent is added
+    fleet_ready_timeout: float = 60  # a size not ready by then ends the scenario
 
 
 SIZES = {
@@ -64,6 +70,11 @@ SIZES = {
         pause_at_seconds=3,
         hog_rate=300,
         hog_seconds=8,
+        fleet_agents=(1, 10, 50),
+        fleet_idle_seconds=3,
+        fleet_load_seconds=5,
+        fleet_add_seconds=6,
+        fleet_ready_timeout=120,
     ),
     "full": Size(
         name="full",
@@ -83,6 +94,11 @@ SIZES = {
         pause_at_seconds=5,
         hog_rate=500,
         hog_seconds=15,
+        fleet_agents=(1, 10, 50, 200, 1000),
+        fleet_idle_seconds=5,
+        fleet_load_seconds=10,
+        fleet_add_seconds=8,
+        fleet_ready_timeout=180,
     ),
 }
 
@@ -97,6 +113,7 @@ class Context:
     namespace: str  # prefix of every topic and group this run creates
     profile: bool
     work: Path  # scratch dir (gateway logs, profiles in progress)
+    fleet: tuple[int, ...] = ()  # --fleet: fleet sizes instead of the size's own
 
     def log(self, message: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -107,4 +124,5 @@ class Context:
             "seed": self.seed,
             "interrupt_share": self.interrupt_share,
             "namespace": self.namespace,
+            "fleet": list(self.fleet or self.size.fleet_agents),
         }
