@@ -170,6 +170,21 @@ def readyz(port: int) -> tuple[bool, int]:
     return ok, len(assigned) if isinstance(assigned, list | dict) else 0
 
 
+class GatewayExited(RuntimeError):
+    """The gateway process ended while the fleet was measured (a finding, not a bench error)."""
+
+
+def _last_error(gateway: GatewayProcess) -> str:
+    for line in reversed(gateway.log_tail(200).splitlines()):
+        try:
+            record = orjson.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("level") in ("error", "critical"):
+            return str(record.get("msg"))[:400]
+    return gateway.log_tail(3)[-400:]
+
+
 async def wait_assigned(
     gateway: GatewayProcess, pairs: int, timeout: float
 ) -> tuple[float | None, int]:
@@ -179,7 +194,7 @@ async def wait_assigned(
     while time.perf_counter() - started < timeout:
         assert gateway.proc is not None
         if gateway.proc.poll() is not None:
-            raise RuntimeError(f"gateway exited {gateway.proc.returncode}:\n{gateway.log_tail()}")
+            raise GatewayExited(f"gateway exited {gateway.proc.returncode}: {_last_error(gateway)}")
         ok, seen = await asyncio.to_thread(readyz, gateway.port)
         if ok and seen >= pairs:
             return time.perf_counter() - started, seen
@@ -205,8 +220,11 @@ async def wait_committed(
 class Load:
     """Requests to the fleet's agents in turn; forwards seen on every run-requests topic."""
 
-    def __init__(self, fleet: Fleet, workloads: dict[str, DecisionWorkload]) -> None:
+    def __init__(
+        self, fleet: Fleet, workloads: dict[str, DecisionWorkload], gateway: GatewayProcess
+    ) -> None:
         self.fleet = fleet
+        self.gateway = gateway
         self.workloads = workloads
         queues = {a: w.requests() for a, w in workloads.items()}
         self.queue: list[tuple[str, Request]] = []  # round-robin over the agents
@@ -290,6 +308,9 @@ class Load:
         await asyncio.gather(*pending)
         deadline = time.monotonic() + 60
         while len(self.latencies) < self.expected and time.monotonic() < deadline:
+            assert self.gateway.proc is not None
+            if self.gateway.proc.poll() is not None:
+                break
             await asyncio.sleep(0.05)
         return started_wall, ended_wall
 
@@ -343,9 +364,14 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
         try:
             assert gateway.proc is not None
             pid = gateway.proc.pid
-            ready, seen = await wait_assigned(
-                gateway, agents * PARTITIONS, size.fleet_ready_timeout
-            )
+            try:
+                ready, seen = await wait_assigned(
+                    gateway, agents * PARTITIONS, size.fleet_ready_timeout
+                )
+            except GatewayExited as exc:
+                out["not_ready"] = str(exc)
+                ctx.log(f"fleet {agents}: {exc}")
+                return out
             if ready is None:
                 out["not_ready"] = (
                     f"not ready with {agents * PARTITIONS} pairs assigned within "
@@ -357,7 +383,7 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
             await wait_committed(admin, fleet.settings()["group_id"], ends, 300)
             await asyncio.sleep(1.0)  # let the catch-up's last rounds and commits settle
             out.update(await _idle(gateway, pid, ctx, size.fleet_idle_seconds))
-            async with Load(fleet, workloads) as load:
+            async with Load(fleet, workloads, gateway) as load:
                 for rate in RATES:
                     cpu_before, t0 = _cpu_seconds(pid), time.perf_counter()
                     start, end = await load.offer(rate, size.fleet_load_seconds)
@@ -369,7 +395,11 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
                     out[f"cpu_percent_{key}"] = round(100 * cpu, 1)
                     out[f"forwards_{key}"] = len(warm)
                 out["rss_bytes_after_load"] = rss_bytes(pid)
-                out.update(await _add_agent(ctx, admin, fleet, gateway, load))
+                try:
+                    out.update(await _add_agent(ctx, admin, fleet, gateway, load))
+                except GatewayExited as exc:
+                    out["add_agent_error"] = str(exc)
+                    ctx.log(f"fleet {agents}: while one agent was added, the {exc}")
         finally:
             await gateway.stop()
     ctx.log(
@@ -380,7 +410,11 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
             f"{r:.0f} req/s: p99 {out[f'p99_ms_{r:.0f}rps']:.0f} ms, CPU {out[f'cpu_percent_{r:.0f}rps']}%"
             for r in RATES
         )
-        + f"; adding one agent: worst latency {out['add_agent_worst_ms']:.0f} ms"
+        + (
+            f"; adding one agent: worst latency {out['add_agent_worst_ms']:.0f} ms"
+            if "add_agent_worst_ms" in out
+            else f"; adding one agent: {out.get('add_agent_error')}"
+        )
     )
     return out
 
@@ -543,7 +577,9 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
                 f"{r['metrics_kb']:,.0f} KB ({r['scrape_ms']:.0f} ms)",
                 f"{r['cpu_percent_idle']}% / {r['cpu_percent_50rps']}% / {r['cpu_percent_200rps']}%",
                 f"{r['p99_ms_50rps']:,.0f} / {r['p99_ms_200rps']:,.0f} ms",
-                f"{r['add_agent_worst_ms']:,.0f} ms",
+                f"{r['add_agent_worst_ms']:,.0f} ms"
+                if "add_agent_worst_ms" in r
+                else f"**{r.get('add_agent_error')}**",
             ]
         )
     largest = measured[-1]["agents"] if measured else 0
@@ -553,6 +589,11 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         + f"; targets apply at the largest size measured (issue targets are at 1,000 agents); "
         f"open-files limit {open_files:,}; {size_note(ctx)}"
     )
+    failed_adds = [
+        f"{r['agents']}: {r['add_agent_error']}" for r in results if "add_agent_error" in r
+    ]
+    if failed_adds:
+        note += "; the gateway EXITED while one agent was added at " + "; ".join(failed_adds)
     detail = {
         "sizes": sizes,
         "skipped": skipped,
