@@ -25,16 +25,16 @@ class Size:
     pair_events: int  # records fed to one PartitionPair without Kafka
     # pause recovery and CPU hog (issue 13): runs of each (worst reported)
     disturb_repeat: int = 1
-    pause_run_seconds: float = 5  # load offered at latency_rate for this long
-    pause_at_seconds: float = 1.5  # SIGSTOP this far into the load
+    pause_run_seconds: float = 4.5  # load offered at latency_rate for this long
+    pause_at_seconds: float = 1  # SIGSTOP this far into the load
     pause_seconds: float = 2
     hog_rate: float = 100  # requests/s offered with one core taken
-    hog_seconds: float = 3
+    hog_seconds: float = 2
     # the fleet (issue 15): agents (4 partitions each) per measured size, and its phases
     fleet_agents: tuple[int, ...] = (2,)
-    fleet_idle_seconds: float = 2
-    fleet_load_seconds: float = 3  # at each of 50 and 200 requests/s in total
-    fleet_add_seconds: float = 4  # 50 requests/s while one agent is added
+    fleet_idle_seconds: float = 1
+    fleet_load_seconds: float = 2  # at each of 50 and 200 requests/s in total
+    fleet_add_seconds: float = 3  # 50 requests/s while one agent is added
     fleet_ready_timeout: float = 60  # a size not ready by then ends the scenario
 
 
