@@ -2,7 +2,8 @@
 
     .venv/bin/python -m bench [--size tiny|small|full] [--out bench/results]
                               [--bootstrap HOST:PORT] [--only ingest,decisions,...]
-                              [--profile] [--repeat N] [--interrupt-share 0.3]
+                              [--fleet 1,10,50,200,1000] [--profile] [--repeat N]
+                              [--interrupt-share 0.3]
 
 Without --bootstrap it starts (or reuses) the local broker with
 deploy/kafka.sh, which honours KAFKA_PORT; a broker it had to start is

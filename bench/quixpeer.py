@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sdf = app.dataframe(topic)
     sdf = sdf.update(track, stateful=True, metadata=True)
-    app.run(sdf)
+    app.run()  # the dataframe is tracked by the application
     return 0
 
 

@@ -66,6 +66,9 @@ async def raw_consume(
 
 
 QUIX_COMMIT_INTERVAL_S = 1.0
+# The peer reads the whole topic at a fraction of the gateway's rate (several minutes at
+# full size), so it runs beside the first repeat only.
+QUIX_RUNS = 1
 
 
 def quix_missing() -> str | None:
@@ -196,8 +199,15 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             f"ingest rep {rep + 1}/{size.repeat}: baseline {baseline[-1]:,.0f} ev/s, "
             f"gateway {gateway[-1]:,.0f} ev/s (ratio {gateway[-1] / baseline[-1]:.3f})"
         )
-        if quix_not_run is None:
-            peer = await quix_consume(ctx, names.events, ends, total, str(rep))
+        if quix_not_run is None and rep < QUIX_RUNS:
+            try:
+                peer = await quix_consume(ctx, names.events, ends, total, str(rep))
+            except (
+                Exception
+            ) as exc:  # the peer's failure is reported, not the gateway's figures lost
+                quix_not_run = f"the peer failed: {str(exc).strip()[:600]}"
+                ctx.log(f"ingest: Quix Streams peer {quix_not_run}")
+                continue
             quix.append(peer["quix_events_per_s"])
             runs[-1].update(peer)
             ctx.log(
@@ -237,21 +247,21 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             how,
         ),
     ]
-    if quix:
+    if quix and not quix_not_run:
         figures += [
             figure(
                 "ingest.gateway_vs_quix",
                 "Event ingest: gateway ÷ Quix Streams peer (exactly-once, RocksDB state, changelog)",
                 best(gateway) / best(quix),
                 "ratio",
-                f"{how} each, events/s first record → last committed",
+                f"gateway {how}, the peer {len(quix)} run(s), events/s first record → last committed",
             ),
             figure(
                 "ingest.quix_events_per_s",
                 "Event ingest, Quix Streams peer (same core, exactly-once)",
                 best(quix),
                 "events/s",
-                how,
+                f"{len(quix)} run(s)",
             ),
         ]
     detail = {
