@@ -386,6 +386,7 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
             async with Load(fleet, workloads, gateway) as load:
                 for rate in RATES:
                     cpu_before, t0 = _cpu_seconds(pid), time.perf_counter()
+                    sent_before = load.next
                     start, end = await load.offer(rate, size.fleet_load_seconds)
                     cpu = (_cpu_seconds(pid) - cpu_before) / (time.perf_counter() - t0)
                     warm = load.between(start + size.latency_warmup_seconds, end)
@@ -394,6 +395,9 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
                     out[f"p99_ms_{key}"] = round(1000 * percentile(warm, 99), 1)
                     out[f"cpu_percent_{key}"] = round(100 * cpu, 1)
                     out[f"forwards_{key}"] = len(warm)
+                    out[f"offered_rate_{key}"] = round(
+                        (load.next - sent_before) / max(end - start, 1e-9), 1
+                    )
                 out["rss_bytes_after_load"] = rss_bytes(pid)
                 try:
                     out.update(await _add_agent(ctx, admin, fleet, gateway, load))
