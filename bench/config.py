@@ -98,7 +98,7 @@ SIZES = {
         fleet_idle_seconds=5,
         fleet_load_seconds=10,
         fleet_add_seconds=8,
-        fleet_ready_timeout=180,
+        fleet_ready_timeout=120,
     ),
 }
 
