@@ -36,6 +36,9 @@ class Size:
     fleet_load_seconds: float = 2  # at each of 50 and 200 requests/s in total
     fleet_add_seconds: float = 3  # 50 requests/s while one agent is added
     fleet_ready_timeout: float = 60  # a size not ready by then ends the scenario
+    # the gateway's discovery_interval_ms in the fleet (None: its default); tiny only
+    # shortens the wait for a new agent's topics to be seen
+    fleet_discovery_ms: int | None = 1000
 
 
 SIZES = {
@@ -75,6 +78,7 @@ SIZES = {
         fleet_load_seconds=5,
         fleet_add_seconds=6,
         fleet_ready_timeout=120,
+        fleet_discovery_ms=None,
     ),
     "full": Size(
         name="full",
@@ -99,6 +103,7 @@ SIZES = {
         fleet_load_seconds=10,
         fleet_add_seconds=8,
         fleet_ready_timeout=120,
+        fleet_discovery_ms=None,
     ),
 }
 

@@ -359,7 +359,11 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
             f"fleet {agents}: {agents * 5 + 3} topics created and {len(records):,} events "
             f"produced in {time.perf_counter() - started:.1f} s; starting the gateway"
         )
-        gateway = GatewayProcess(fleet.settings(), ctx.work / f"gateway-fleet-{agents}.log")
+        settings = fleet.settings()
+        if size.fleet_discovery_ms is not None:
+            settings["discovery_interval_ms"] = size.fleet_discovery_ms
+        out["discovery_interval_ms"] = size.fleet_discovery_ms or "default"
+        gateway = GatewayProcess(settings, ctx.work / f"gateway-fleet-{agents}.log")
         gateway.start()
         try:
             assert gateway.proc is not None
@@ -381,7 +385,8 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
                 return out
             out["ready_seconds"] = round(ready, 2)
             await wait_committed(admin, fleet.settings()["group_id"], ends, 300)
-            await asyncio.sleep(1.0)  # let the catch-up's last rounds and commits settle
+            # let the catch-up's last rounds and commits settle
+            await asyncio.sleep(min(1.0, size.fleet_idle_seconds))
             out.update(await _idle(gateway, pid, ctx, size.fleet_idle_seconds))
             async with Load(fleet, workloads, gateway) as load:
                 for rate in RATES:
