@@ -153,8 +153,8 @@ def scrape(port: int) -> tuple[int, float]:
     return len(body), time.perf_counter() - started
 
 
-def readyz(port: int) -> tuple[bool, int]:
-    """(200?, pairs listed as assigned)."""
+def readyz(port: int) -> tuple[bool, int | None]:
+    """(200?, pairs listed as assigned; None when /readyz does not list them)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as r:
             body = orjson.loads(r.read())
@@ -167,7 +167,11 @@ def readyz(port: int) -> tuple[bool, int]:
     except (OSError, ValueError):
         return False, 0
     assigned = body.get("assigned") if isinstance(body, dict) else None
-    return ok, len(assigned) if isinstance(assigned, list | dict) else 0
+    if isinstance(assigned, list | dict):
+        return ok, len(assigned)
+    if isinstance(assigned, int) and not isinstance(assigned, bool):
+        return ok, assigned
+    return ok, None
 
 
 class GatewayExited(RuntimeError):
@@ -187,16 +191,16 @@ def _last_error(gateway: GatewayProcess) -> str:
 
 async def wait_assigned(
     gateway: GatewayProcess, pairs: int, timeout: float
-) -> tuple[float | None, int]:
+) -> tuple[float | None, int | None]:
     """Seconds until /readyz is 200 with at least `pairs` assigned (None: not in time)."""
     started = time.perf_counter()
-    seen = 0
+    seen: int | None = 0
     while time.perf_counter() - started < timeout:
         assert gateway.proc is not None
         if gateway.proc.poll() is not None:
             raise GatewayExited(f"gateway exited {gateway.proc.returncode}: {_last_error(gateway)}")
         ok, seen = await asyncio.to_thread(readyz, gateway.port)
-        if ok and seen >= pairs:
+        if ok and (seen is None or seen >= pairs):  # None: ready is all /readyz says
             return time.perf_counter() - started, seen
         await asyncio.sleep(0.1)
     return None, seen
