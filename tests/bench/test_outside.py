@@ -1,11 +1,11 @@
-"""The fleet scenario's readings of a process from outside (/proc), on this test process."""
+"""Readings of a process from outside (/proc), on this test process."""
 
 from __future__ import annotations
 
 import os
 import socket
 
-from bench.scenarios.fleet import broker_connections, rss_bytes
+from bench.outside import broker_connections, rss_bytes
 
 
 def test_broker_connections_counts_the_process_sockets_to_that_port() -> None:
