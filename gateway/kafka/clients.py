@@ -18,16 +18,19 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
+    KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailed,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
     UnsupportedSaslMechanismError,
 )
+from aiokafka.protocol.metadata import MetadataRequest
 
 from gateway.settings import Settings
 
@@ -61,6 +64,31 @@ def producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:
 
 def admin(settings: Settings, **kwargs: Any) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(**kwargs, **common(settings))
+
+
+def network_client(
+    client: AIOKafkaConsumer | AIOKafkaProducer | AIOKafkaAdminClient,
+) -> AIOKafkaClient:
+    """The connections and cluster metadata underneath a consumer, producer or admin client."""
+    if isinstance(client, AIOKafkaProducer):
+        return client.client
+    return client._client
+
+
+async def probe(client: AIOKafkaConsumer | AIOKafkaProducer | AIOKafkaAdminClient | None) -> None:
+    """One cheap round trip to a broker the client knows: metadata naming no topic.
+
+    The answer lists the brokers only, whatever the number of topics. Raises
+    (a `KafkaError`) when no broker answers or the client is not there yet; the
+    caller bounds the wait.
+    """
+    if client is None:
+        raise KafkaConnectionError("no client started yet")
+    network = network_client(client)
+    node = network.get_random_node()
+    if node is None:
+        raise KafkaConnectionError("no broker known")
+    await network.send(node, MetadataRequest([]))
 
 
 def describe_denial(exc: BaseException, topic_operation: str = "Write") -> tuple[str, str] | None:
