@@ -108,26 +108,30 @@ def _run(command: str, settings: Settings, main: Coroutine[Any, Any, None]) -> i
         asyncio.run(main)
     except KeyboardInterrupt:
         pass
-    except asyncio.CancelledError:
-        log.error(f"agui-gateway {command}: cancelled")
-        return 1
-    except HttpBindError as exc:
+    except (Exception, asyncio.CancelledError) as exc:
+        if any(b.expired for b in _bounds):
+            return EXIT_SHUTDOWN_TIMEOUT  # what the cancelled work raised: the line is logged
+        return _fatal(command, settings, exc)
+    return 0
+
+
+def _fatal(command: str, settings: Settings, exc: BaseException) -> int:
+    """Log why the command ended; its exit status."""
+    if isinstance(exc, HttpBindError):
         log.error(f"agui-gateway {command}: {exc}", extra={"error": repr(exc.__cause__)})
         return 2
-    except clients.SecurityFailure as exc:
+    if isinstance(exc, clients.SecurityFailure):
         log.error(f"agui-gateway {command}: {exc}")
         return 2
-    except (KafkaError, OSError) as exc:
+    if isinstance(exc, (KafkaError, OSError)):
         log.error(
             f"agui-gateway {command}: cannot run against Kafka at "
             f"{settings.bootstrap_servers}: {exc!r}",
             extra={"error": repr(exc)},
         )
         return 2
-    except Exception:
-        log.exception(f"agui-gateway {command}: failed")
-        return 1
-    return 0
+    log.error(f"agui-gateway {command}: failed", exc_info=exc)
+    return 1
 
 
 class HttpBindError(OSError):
