@@ -84,3 +84,12 @@ def test_a_consumer_refusal_names_read() -> None:
 
 async def test_preflight_does_nothing_on_plaintext() -> None:
     await clients.preflight(Settings(bootstrap_servers="127.0.0.1:1"))
+
+
+async def test_the_broker_probe_without_a_client_or_a_known_broker_fails_clearly() -> None:
+    # its answer from a real broker: tests/integration/test_broker_gone.py
+    with pytest.raises(KafkaConnectionError, match="no client started yet"):
+        await clients.probe(None)
+    consumer = clients.consumer(Settings(bootstrap_servers="127.0.0.1:1"))  # never started
+    with pytest.raises(KafkaConnectionError, match="no broker known"):
+        await clients.probe(consumer)

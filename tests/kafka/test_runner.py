@@ -501,6 +501,7 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
     assert gw.ready() == (
         True,
         {
+            "broker": "reachable",
             "running": True,
             "assigned": ["bot/0"],
             "restoring": [],
