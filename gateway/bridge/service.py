@@ -295,7 +295,7 @@ class Bridge:
             )
             await self.revoke(list(self.partitions) + list(self.restoring))
             with contextlib.suppress(Exception):
-                await self.consumer.stop()
+                await clients.stop(self.consumer)
             await self.broker.stop()
             for endpoint in self.endpoints.values():
                 await endpoint.client.aclose()

@@ -91,6 +91,22 @@ async def probe(client: AIOKafkaConsumer | AIOKafkaProducer | AIOKafkaAdminClien
     await network.send(node, MetadataRequest([]))
 
 
+async def stop(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
+    """Stop a client; a stop that only re-raises aiokafka's own cancellation returns.
+
+    With its broker gone, a consumer's stop cancels its pending fetch and then
+    awaits it: the fetch's CancelledError comes out of `stop()` though nobody
+    cancelled the caller. It is swallowed here; a cancellation of the caller
+    itself still propagates.
+    """
+    try:
+        await client.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+
+
 def describe_denial(exc: BaseException, topic_operation: str = "Write") -> tuple[str, str] | None:
     """(missing operation, resource) of a request Kafka refused for want of an ACL, else None.
 

@@ -231,7 +231,7 @@ class Gateway:
         for name, client in (("consumer", self.consumer), ("offsets", self.offsets)):
             if client is not None:
                 try:
-                    await client.stop()  # the consumer leaves the group
+                    await clients.stop(client)  # the consumer leaves the group
                 except Exception:
                     log.exception(f"closing the {name} client failed")
         if self.admin is not None:

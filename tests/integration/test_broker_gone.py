@@ -24,8 +24,17 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from gateway.service import EXIT_SHUTDOWN_TIMEOUT, SHUTDOWN_GRACE_S
+from tests.bridge.support import BridgeProcess, bridge_settings
 from tests.integration.conftest import KAFKA_SH, REPO_ROOT, START_TIMEOUT_S, kafka_port
-from tests.integration.support import GatewayProcess, Namespace, collect, header, produce, values
+from tests.integration.support import (
+    GatewayProcess,
+    Namespace,
+    collect,
+    free_port,
+    header,
+    produce,
+    values,
+)
 from tests.integration.test_gateway_durability import (
     AGENT,
     request_for,
@@ -205,9 +214,11 @@ async def test_sigterm_without_a_broker_exits_in_bounded_time_and_nothing_is_los
     assert body["broker"].startswith("unreachable"), body
     await asyncio.sleep(SHUTDOWN_TIMEOUT_S)  # the outage goes on a while
 
+    asked = time.monotonic()
     code = await first.stop(timeout=SHUTDOWN_TIMEOUT_S + SHUTDOWN_GRACE_S + MARGIN_S)
     assert code in (0, EXIT_SHUTDOWN_TIMEOUT), first.log_tail()
     outage = log_lines(first)[killed_at_line:]
+    print(f"stopped in {time.monotonic() - asked:.1f} s, exit {code}, {len(outage)} lines")
     assert len(outage) <= MAX_OUTAGE_LINES, Counter(r["msg"][:60] for r in outage).most_common(10)
     if code == EXIT_SHUTDOWN_TIMEOUT:
         cut = [r["msg"] for r in outage if r["msg"].startswith("shutdown did not finish")]
@@ -246,3 +257,28 @@ async def test_sigterm_without_a_broker_exits_in_bounded_time_and_nothing_is_los
         assert {r["reasons"][0]["code"] for r in values(rejected)} == {"uncovered_interrupt"}
     finally:
         await second.stop()
+
+
+async def test_the_bridge_reports_the_broker_gone_and_stops_in_bounded_time(up, tmp_path) -> None:
+    ns = Namespace(up.bootstrap)
+    await ns.create_agent(AGENT, partitions=2)
+    endpoints = {AGENT: {"url": f"http://127.0.0.1:{free_port()}/", "connect_timeout_s": 1.0}}
+    bridge = await BridgeProcess(
+        ns,
+        tmp_path,
+        "bridge",
+        broker_timeout_s=BROKER_TIMEOUT_S,
+        shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+        **bridge_settings(ns, endpoints),
+    ).start()
+    status, body = readyz(bridge)
+    assert (status, body["broker"]) == (200, "reachable")
+    up.kill()
+    killed_at_line = len(log_lines(bridge))
+    body = await wait_readyz(bridge, 503, BROKER_TIMEOUT_S + MARGIN_S)
+    assert body["broker"].startswith("unreachable: no answer since "), body
+    await asyncio.sleep(SHUTDOWN_TIMEOUT_S)
+    code = await bridge.stop(timeout=SHUTDOWN_TIMEOUT_S + SHUTDOWN_GRACE_S + MARGIN_S)
+    assert code in (0, EXIT_SHUTDOWN_TIMEOUT), bridge.log_tail()
+    outage = log_lines(bridge)[killed_at_line:]
+    assert len(outage) <= MAX_OUTAGE_LINES, Counter(r["msg"][:60] for r in outage).most_common(10)
