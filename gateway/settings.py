@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     broker_timeout_s: float = Field(default=10.0, gt=0)
     """How long the broker may leave a probe unanswered before /readyz turns false."""
     shutdown_timeout_s: float = Field(default=20.0, gt=0)
-    """Longest wait from SIGTERM/SIGINT to exit; what did not commit by then is abandoned."""
+    """Longest wait for a stop after SIGTERM/SIGINT; then uncommitted work is abandoned, exit 3."""
 
     # --- State retention ---------------------------------------------------------------
     thread_retention_s: float = Field(
