@@ -250,7 +250,16 @@ async def test_sigterm_without_a_broker_exits_in_bounded_time_and_nothing_is_los
         )
         fwd = Counter(header(r, "agui-correlation-id") for r in forwarded)
         rej = Counter(orjson.loads(r.value)["correlationId"] for r in rejected)
-        assert [c for c, n in fwd.items() if n > 1] == [], "duplicate forwards"
+        twice = [c for c, n in fwd.items() if n > 1]
+        assert twice == [], (
+            "duplicate forwards",
+            [
+                (header(r, "agui-correlation-id"), r.partition, r.offset)
+                for r in forwarded
+                if header(r, "agui-correlation-id") in twice
+            ],
+            {"acked": len(acked), "resent": [t for t in missing if t in twice]},
+        )
         assert [c for c, n in rej.items() if n > 1] == [], "duplicate rejections"
         assert set(fwd) == good, f"forward gap: missing {sorted(good - set(fwd))[:5]}"
         assert set(rej) == bad, f"rejection gap: missing {sorted(bad - set(rej))[:5]}"
