@@ -49,7 +49,9 @@
 #                          <repo>/.venv/bin/python, then python3)
 #   KAFKA_START_TIMEOUT    seconds to wait for the broker (default 90)
 #   KAFKA_STOP_TIMEOUT     seconds to wait after SIGTERM (default 30)
-#   KAFKA_HEAP_OPTS        JVM heap (default "-Xms256m -Xmx512m")
+#   KAFKA_HEAP_OPTS        JVM heap (default "-Xms256m -Xmx512m"); every client
+#                          connection costs heap: raise it for large fleets,
+#                          e.g. "-Xms1g -Xmx2g" (applies at the next start)
 #   KAFKA_LOG_LINES        lines shown by `logs` and on failures (default 40)
 #   JAVA_HOME              Java 17+ to use (default: java on PATH)
 #   KAFKA_SECURITY         plaintext (default) or sasl_ssl: see "secure mode" below

@@ -118,6 +118,12 @@ class Settings(BaseSettings):
     heartbeat_interval_ms: int = Field(default=2000, ge=100)
     """Consumer group heartbeat interval."""
 
+    # --- When the broker is gone ------------------------------------------------------
+    broker_timeout_s: float = Field(default=10.0, gt=0)
+    """How long the broker may leave a probe unanswered before /readyz turns false."""
+    shutdown_timeout_s: float = Field(default=20.0, gt=0)
+    """Longest wait for a stop after SIGTERM/SIGINT; then uncommitted work is abandoned, exit 3."""
+
     # --- State retention ---------------------------------------------------------------
     thread_retention_s: float = Field(
         default=7 * 24 * 3600, gt=0

@@ -30,7 +30,7 @@ async def serve(
     await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
     bridge = Bridge(settings, BridgeMetrics(registry))
     http = HttpServer(settings.http_host, settings.bridge_http_port, registry, bridge.ready)
-    async with serving(http, stop):
+    async with serving(http, stop, settings.shutdown_timeout_s):
         await bridge.run(stop)
 
 

@@ -27,6 +27,7 @@ from gateway.bridge.outbox import Outbox
 from gateway.bridge.partition import AgentEndpoint, PartitionRuns
 from gateway.codec.records import HEADER_CORRELATION_ID
 from gateway.kafka import clients
+from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.topics import changelog_configs, ensure_topics
 from gateway.settings import BridgeAgent, Settings
 
@@ -70,12 +71,15 @@ class Bridge:
         self._runs_topics_ready: set[str] = set()
         self._topic_agent = settings.topic_regex(settings.run_requests_topic)
         self._consuming = False  # the consumer has started and subscribed
+        self.broker = BrokerWatch(lambda: clients.probe(self.consumer), settings.broker_timeout_s)
 
     # --- readiness -------------------------------------------------------------------
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         ok = self._consuming and not self.restoring
-        return ok, {
+        broker_ok, broker = self.broker.state()
+        return ok and broker_ok, {
+            "broker": broker,
             "assigned": sorted(str(tp) for tp in self.partitions),
             "restoring": sorted(str(tp) for tp in self.restoring),
             "agents": sorted(self.endpoints),
@@ -269,6 +273,7 @@ class Bridge:
             heartbeat_interval_ms=s.heartbeat_interval_ms,
         )
         await self.consumer.start()
+        self.broker.start()
         try:
             self.consumer.subscribe(pattern=subscription(s), listener=_Listener(self))
             self._consuming = True
@@ -290,7 +295,8 @@ class Bridge:
             )
             await self.revoke(list(self.partitions) + list(self.restoring))
             with contextlib.suppress(Exception):
-                await self.consumer.stop()
+                await clients.stop(self.consumer)
+            await self.broker.stop()
             for endpoint in self.endpoints.values():
                 await endpoint.client.aclose()
 

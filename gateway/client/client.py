@@ -156,6 +156,11 @@ class GatewayClient:
         await self.stop()
 
     @property
+    def producer(self) -> AIOKafkaProducer | None:
+        """The client's producer once started (its connection answers the broker probe)."""
+        return self._producer
+
+    @property
     def ready(self) -> bool:
         """Started, and past the wait for the gateway to see a reply topic just created."""
         started = self._producer is not None and self._rendezvous is not None

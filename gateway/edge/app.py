@@ -42,6 +42,8 @@ from gateway.codec import jsonio
 from gateway.core.codes import Reason, Verdict
 from gateway.edge.metrics import NO_VERDICT, EdgeMetrics
 from gateway.edge.stream import run_frames
+from gateway.kafka import clients
+from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.edge")
@@ -64,6 +66,9 @@ class Edge:
             reply_topic_partitions=settings.edge_reply_partitions,
             settings=settings,
             event_buffer=settings.edge_stream_buffer,
+        )
+        self.broker = BrokerWatch(
+            lambda: clients.probe(self.client.producer), settings.broker_timeout_s
         )
 
     # --- endpoints -------------------------------------------------------------------------
@@ -152,8 +157,9 @@ class Edge:
         return JSONResponse({"status": "alive"})
 
     async def readyz(self, request: Request) -> Response:
-        ready = self.client.ready
-        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+        broker_ok, broker = self.broker.state()
+        ready = self.client.ready and broker_ok
+        return JSONResponse({"ready": ready, "broker": broker}, status_code=200 if ready else 503)
 
     async def metrics_endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
@@ -164,10 +170,12 @@ class Edge:
         @contextlib.asynccontextmanager
         async def lifespan(_app: Starlette) -> AsyncIterator[None]:
             await self.client.start()
+            self.broker.start()
             log.info("edge ready", extra={"reply_topic": self.settings.edge_reply_topic})
             try:
                 yield
             finally:
+                await self.broker.stop()
                 await self.client.stop()
 
         middleware = []

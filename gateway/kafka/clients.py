@@ -18,16 +18,19 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
+    KafkaConnectionError,
     KafkaError,
     SaslAuthenticationFailed,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
     UnsupportedSaslMechanismError,
 )
+from aiokafka.protocol.metadata import MetadataRequest
 
 from gateway.settings import Settings
 
@@ -61,6 +64,47 @@ def producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:
 
 def admin(settings: Settings, **kwargs: Any) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(**kwargs, **common(settings))
+
+
+def network_client(
+    client: AIOKafkaConsumer | AIOKafkaProducer | AIOKafkaAdminClient,
+) -> AIOKafkaClient:
+    """The connections and cluster metadata underneath a consumer, producer or admin client."""
+    if isinstance(client, AIOKafkaProducer):
+        return client.client
+    return client._client
+
+
+async def probe(client: AIOKafkaConsumer | AIOKafkaProducer | AIOKafkaAdminClient | None) -> None:
+    """One cheap round trip to a broker the client knows: metadata naming no topic.
+
+    The answer lists the brokers only, whatever the number of topics. Raises
+    (a `KafkaError`) when no broker answers or the client is not there yet; the
+    caller bounds the wait.
+    """
+    if client is None:
+        raise KafkaConnectionError("no client started yet")
+    network = network_client(client)
+    node = network.get_random_node()
+    if node is None:
+        raise KafkaConnectionError("no broker known")
+    await network.send(node, MetadataRequest([]))
+
+
+async def stop(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
+    """Stop a client; a stop that only re-raises aiokafka's own cancellation returns.
+
+    With its broker gone, a consumer's stop cancels its pending fetch and then
+    awaits it: the fetch's CancelledError comes out of `stop()` though nobody
+    cancelled the caller. It is swallowed here; a cancellation of the caller
+    itself still propagates.
+    """
+    try:
+        await client.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 def describe_denial(exc: BaseException, topic_operation: str = "Write") -> tuple[str, str] | None:

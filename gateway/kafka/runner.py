@@ -31,6 +31,7 @@ from gateway.codec import changelog
 from gateway.codec.records import HEADER_REPLY_TO
 from gateway.core.state import RunStatus
 from gateway.kafka import clients
+from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.topics import LEGAL_TOPIC, TopicNames, changelog_configs, ensure_topics
 from gateway.observe import logs
@@ -113,6 +114,7 @@ class Gateway:
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None
         self.offsets: AIOKafkaConsumer | None = None  # end offsets for the fence
+        self.broker = BrokerWatch(lambda: clients.probe(self.admin), settings.broker_timeout_s)
         self._lock = asyncio.Lock()
         self._restore_lock = asyncio.Lock()
         self._restore_tasks: set[asyncio.Task[None]] = set()
@@ -148,6 +150,7 @@ class Gateway:
         clean = False
         try:
             await self._start_clients()
+            self.broker.start()
             log.info("gateway started", extra={"settings": self.settings.masked()})
             consumer = self.consumer
             assert consumer is not None
@@ -204,6 +207,9 @@ class Gateway:
         After a failed round nothing is committed: the next owner reads those records
         again from the last commit.
         """
+        if commit and not self.broker.reachable:
+            commit = False  # it cannot commit: the next owner reads it again
+            log.warning("kafka broker unreachable: stopping without the final commit")
         async with self._lock:
             for task in list(self._restore_tasks):
                 task.cancel()
@@ -225,7 +231,7 @@ class Gateway:
         for name, client in (("consumer", self.consumer), ("offsets", self.offsets)):
             if client is not None:
                 try:
-                    await client.stop()  # the consumer leaves the group
+                    await clients.stop(client)  # the consumer leaves the group
                 except Exception:
                     log.exception(f"closing the {name} client failed")
         if self.admin is not None:
@@ -233,6 +239,7 @@ class Gateway:
                 await self.admin.close()
             except Exception:
                 log.exception("closing the admin client failed")
+        await self.broker.stop()
         log.info("gateway stopped")
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
@@ -243,7 +250,9 @@ class Gateway:
         denied = {f"{a}/{p}": f"{op} on {res}" for (a, p), (op, res) in self.denied.items()}
         ok = self._running and self._assigned_once and not restoring and not dropped
         ok = ok and not denied
-        return ok, {
+        broker_ok, broker = self.broker.state()
+        return ok and broker_ok, {
+            "broker": broker,
             "running": self._running,
             "assigned": sorted(f"{a}/{p}" for a, p in self.slots),
             "restoring": restoring,

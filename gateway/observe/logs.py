@@ -64,6 +64,12 @@ class KafkaLogFilter(logging.Filter):
       and counted through `on_retry`.
     - `CoordinatorNotAvailable` while looking up the group coordinator (expected at
       start): INFO.
+    - While the connection is lost, every other warning or error (the gateway's own
+      per-pair retries, aiokafka's coordinator lines) is a repeat of a few messages,
+      possibly once per pair: each message (its template, per logger) is logged
+      `repeats` times per `summary_s`, the rest counted, and the summary line names
+      what was suppressed (`suppressed_messages`). Lines stay bounded whatever the
+      number of pairs; nothing changes while the connection is up.
     """
 
     def __init__(
@@ -71,10 +77,12 @@ class KafkaLogFilter(logging.Filter):
         summary_s: float = 30.0,
         quiet_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        repeats: int = 3,
     ) -> None:
         super().__init__()
         self.summary_s = summary_s
         self.quiet_s = quiet_s
+        self.repeats = repeats
         self.clock = clock
         self.on_retry: Callable[[str], None] | None = None
         self.emit: Callable[[logging.LogRecord], object] | None = None  # for tick()'s lines
@@ -83,10 +91,13 @@ class KafkaLogFilter(logging.Filter):
         self._last_summary = 0.0
         self._suppressed = 0  # since the last line
         self._total = 0  # since lost
+        self._repeated: dict[tuple[str, str], int] = {}  # lines per message this window
+        self._window = 0.0
+        self._repeats_suppressed: dict[str, int] = {}  # message: lines left out since lost
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.name.startswith("aiokafka"):
-            return True
+            return self._repeat(record)
         message = record.getMessage()
         if "NotEnoughReplicas" in message or "NOT_ENOUGH_REPLICAS" in message:
             if self.on_retry is not None:
@@ -99,7 +110,25 @@ class KafkaLogFilter(logging.Filter):
             or any(name in message for name in _CONNECTION_ERRORS)
         ):
             return self._connection_error(record, message)
-        return True
+        return self._repeat(record)
+
+    def _repeat(self, record: logging.LogRecord) -> bool:
+        """While the connection is lost: a warning or error, unless its message repeats."""
+        if self.lost_since is None or record.levelno < logging.WARNING:
+            return True
+        now = self.clock()
+        if now - self._window >= self.summary_s:
+            self._repeated.clear()  # a new window
+            self._window = now
+        template = str(record.msg)
+        key = (record.name, template)
+        seen = self._repeated.get(key, 0)
+        self._repeated[key] = seen + 1
+        if seen < self.repeats:
+            return True
+        if template in self._repeats_suppressed or len(self._repeats_suppressed) < 20:
+            self._repeats_suppressed[template] = self._repeats_suppressed.get(template, 0) + 1
+        return False
 
     def _connection_error(self, record: logging.LogRecord, message: str) -> bool:
         now = self.clock()
@@ -115,6 +144,9 @@ class KafkaLogFilter(logging.Filter):
             _summary(record, "kafka connection still lost", now - self.lost_since)
             record.suppressed = self._suppressed
             record.last_error = message
+            if self._repeats_suppressed:
+                record.suppressed_messages = self._repeats_suppressed
+                self._repeats_suppressed = {}
             self._last_summary = now
             self._suppressed = 0
             return True
@@ -136,6 +168,10 @@ class KafkaLogFilter(logging.Filter):
         )
         record.lost_s = round(self._last_error - self.lost_since, 3)
         record.errors = self._total
+        if self._repeats_suppressed:
+            record.suppressed_messages = self._repeats_suppressed
+        self._repeats_suppressed = {}
+        self._repeated.clear()
         self.lost_since = None
         self._total = self._suppressed = 0
         if self.emit is not None and logging.getLogger().isEnabledFor(logging.INFO):

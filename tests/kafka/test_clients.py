@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -84,3 +85,39 @@ def test_a_consumer_refusal_names_read() -> None:
 
 async def test_preflight_does_nothing_on_plaintext() -> None:
     await clients.preflight(Settings(bootstrap_servers="127.0.0.1:1"))
+
+
+async def test_the_broker_probe_without_a_client_or_a_known_broker_fails_clearly() -> None:
+    # its answer from a real broker: tests/integration/test_broker_gone.py
+    with pytest.raises(KafkaConnectionError, match="no client started yet"):
+        await clients.probe(None)
+    consumer = clients.consumer(Settings(bootstrap_servers="127.0.0.1:1"))  # never started
+    with pytest.raises(KafkaConnectionError, match="no broker known"):
+        await clients.probe(consumer)
+
+
+class _StopsLikeAConsumerWithoutItsBroker:
+    """stop() cancels a task of its own, then awaits it (aiokafka's fetcher.close)."""
+
+    def __init__(self, hang: bool = False) -> None:
+        self.hang = hang
+
+    async def stop(self) -> None:
+        if self.hang:  # e.g. leaving the group
+            await asyncio.sleep(3600)
+        fetch = asyncio.create_task(asyncio.sleep(3600))
+        await asyncio.sleep(0)
+        fetch.cancel()
+        await fetch
+
+
+async def test_a_stop_that_reraises_its_own_fetchs_cancellation_returns() -> None:
+    await clients.stop(_StopsLikeAConsumerWithoutItsBroker())  # type: ignore[arg-type]
+
+
+async def test_a_stop_whose_caller_is_cancelled_is_cancelled() -> None:
+    task = asyncio.create_task(clients.stop(_StopsLikeAConsumerWithoutItsBroker(hang=True)))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

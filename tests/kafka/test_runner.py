@@ -501,6 +501,7 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
     assert gw.ready() == (
         True,
         {
+            "broker": "reachable",
             "running": True,
             "assigned": ["bot/0"],
             "restoring": [],
@@ -766,6 +767,30 @@ async def test_a_failing_final_commit_does_not_stop_the_clients_closing(gw):
     stop = asyncio.Event()
     stop.set()
     await gw.run(stop)  # a clean stop: the failed final commit is logged, not raised
+    assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
+
+
+async def test_a_stop_with_the_broker_unreachable_skips_the_final_commit(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.slots[("bot", 0)]
+    with_pending_forward(gw, slot)
+    producer = slot.producer
+    commits: list[PairSlot] = []
+
+    async def started() -> None:
+        gw.broker.unreachable_after_s = 0.0  # as if no answer came for the whole limit
+
+    async def commit(s: PairSlot) -> bool:
+        commits.append(s)
+        return True
+
+    gw._start_clients = started
+    gw._commit = commit
+    stop = asyncio.Event()
+    stop.set()
+    await gw.run(stop)
+    assert commits == []  # it could not commit: the next owner reads it again
     assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
 
 

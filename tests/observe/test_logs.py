@@ -165,3 +165,59 @@ def test_everything_on_stderr_is_json_lines():
     assert "a library's warning" in messages and "a user warning" in messages
     assert any("uncaught exception in thread worker" in r["msg"] for r in records)
     assert records[-1]["level"] == "critical" and "SystemError" in records[-1]["exc"]
+
+
+def _record(name: str, level: int, msg: str, *args: object) -> logging.LogRecord:
+    return logging.getLogger(name).makeRecord(name, level, __file__, 0, msg, args, None)
+
+
+def test_while_kafka_is_lost_repeated_messages_are_bounded_and_summarised(captured):
+    clock, flt, handler = captured
+    retry = "could not prepare pair %s; retrying"  # one template, a message per pair
+    for partition in range(10):  # connected: every line is kept
+        handler.handle(_record("gateway.runner", logging.ERROR, retry, partition))
+    assert len(handler.records) == 10
+    handler.records.clear()
+    lost = "Unable connect to node with id 1: [Errno 111] Connect call failed"
+    handler.handle(_record("aiokafka.client", logging.ERROR, lost))
+    for _second in range(29):  # 2,000 pairs retrying, the coordinator marked dead each second
+        clock.now += 1
+        for partition in range(2000 // 29):
+            handler.handle(_record("gateway.runner", logging.ERROR, retry, partition))
+        handler.handle(
+            _record(
+                "aiokafka.consumer.group_coordinator",
+                logging.WARNING,
+                "Marking the coordinator dead (node %s)for group %s.",
+                1,
+                "g",
+            )
+        )
+        handler.handle(_record("aiokafka.client", logging.ERROR, lost))
+    handler.handle(_record("gateway.kafka.broker", logging.ERROR, "kafka broker unreachable"))
+    clock.now += 1
+    handler.handle(_record("aiokafka.client", logging.ERROR, lost))
+    lines = handler.lines()
+    assert lines[0][1].startswith("kafka connection lost: Unable connect")
+    assert sum(m.startswith("could not prepare pair") for _, m in lines) == 3
+    assert sum(m.startswith("Marking the coordinator dead") for _, m in lines) == 3
+    assert ("ERROR", "kafka broker unreachable") in lines  # a message of its own passes
+    assert lines[-1] == ("ERROR", "kafka connection still lost for 30 s")
+    assert handler.records[-1].suppressed_messages == {
+        retry: 29 * (2000 // 29) - 3,
+        "Marking the coordinator dead (node %s)for group %s.": 26,
+    }
+    assert len(lines) == 9
+    # the next window: each message again, a few times
+    clock.now += 1
+    for partition in range(100):
+        handler.handle(_record("gateway.runner", logging.ERROR, retry, partition))
+    assert sum(m.startswith("could not prepare pair") for _, m in handler.lines()) == 6
+    # back: nothing is held back any more
+    clock.now += 10
+    flt.tick()
+    assert handler.records[-1].suppressed_messages == {retry: 97}
+    handler.records.clear()
+    for partition in range(10):
+        handler.handle(_record("gateway.runner", logging.ERROR, retry, partition))
+    assert len(handler.records) == 10
