@@ -8,11 +8,11 @@ agent: `metrics.requests.labels(agent, verdict).inc()`. What reaches /metrics
 depends on `AgentDetail` (the `metrics_agent_detail` setting):
 
 - `dashboard` (the default, sized for fleets): `agent` stays on the request
-  verdicts (`AGENT_FAMILIES`: which agents' clients are forwarded, rejected,
-  duplicated); the detail (event type, rejection reason, warning code, rule,
-  interrupt reason and status, run outcome, expiries, merge waits) is counted
-  over all agents. The gauges of pair state (`threads`, `interrupts_open`, ...)
-  are per agent under both policies.
+  verdicts (which agents' clients are forwarded, rejected, duplicated); the
+  detail (event type, rejection reason, warning code, rule, interrupt reason,
+  run outcome, expiries, merge waits) is counted over all agents, and the
+  interrupt response histogram by reason only (`DASHBOARD_LABELS`). The gauges
+  of pair state (`threads`, `interrupts_open`, ...) are per agent under both.
 - `full`: every family keeps `agent` next to its detail (small deployments).
 
 The families keep their names under both, so queries written as
@@ -109,8 +109,7 @@ class AgentDetail(StrEnum):
 
 # --- the label policy -------------------------------------------------------------------
 # Families the shell updates per agent, by attribute, with their labels as the shell
-# passes them (`agent` first). Under `dashboard` only AGENT_FAMILIES keep `agent`; the
-# others are counted over all agents by their detail labels.
+# passes them (`agent` first). Under `full` every one of them is exported.
 PER_AGENT_CALLS: dict[str, tuple[str, ...]] = {
     "requests": ("agent", "verdict"),
     "rejections": ("agent", "reason"),
@@ -127,37 +126,48 @@ PER_AGENT_CALLS: dict[str, tuple[str, ...]] = {
     "protocol_violations": ("agent", "rule"),
     "merge_wait_expired": ("agent",),
 }
-# Under `dashboard`, the families that keep `agent`: what a per-agent dashboard needs
-# with its detail (which agents' clients get rejected). Open interrupts, threads and lag
-# per agent are gauges of pair state, per agent under every policy.
-AGENT_FAMILIES = frozenset({"requests"})
+# Under `dashboard`, the labels a family keeps where they are not all its detail:
+# the verdicts stay per agent (which agents' clients are forwarded, rejected,
+# duplicated); the interrupt response histogram keeps the reason (a machine's answer
+# or a person's) but not the status, 25 series per pair of labels. Every other family
+# keeps its detail labels without `agent`.
+DASHBOARD_LABELS: dict[str, tuple[str, ...]] = {
+    "requests": ("agent", "verdict"),
+    "interrupt_response": ("reason",),
+}
 
 
-def keeps_agent(attribute: str, detail: AgentDetail) -> bool:
-    """Whether the family `attribute` carries `agent` under `detail`."""
-    return detail is AgentDetail.FULL or attribute in AGENT_FAMILIES
+def exported_labels(attribute: str, detail: AgentDetail) -> tuple[str, ...]:
+    """The labels the family `attribute` carries under `detail`."""
+    calls = PER_AGENT_CALLS[attribute]
+    if detail is AgentDetail.FULL:
+        return calls
+    return DASHBOARD_LABELS.get(attribute, calls[1:])
 
 
 M = TypeVar("M", Counter, Histogram)
 
 
 class AgentFamily(Generic[M]):
-    """A metric the shell calls with `agent` first; the policy decides whether it is kept.
+    """A metric the shell calls with `agent` first; the policy decides which labels stay.
 
     `labels(agent, *detail)` answers the child to update, as the client's own
-    `labels()` does: the series with `agent`, or the series over all agents.
+    `labels()` does: the series of the labels kept (all of them, or the detail over
+    all agents, or fewer).
     """
 
-    def __init__(self, metric: M, labelnames: tuple[str, ...], keep_agent: bool) -> None:
+    def __init__(self, metric: M, labelnames: tuple[str, ...], kept: tuple[str, ...]) -> None:
         self.metric: M = metric
         self.labelnames = labelnames
-        self.keep_agent = keep_agent
+        self.kept = kept
+        self._positions = tuple(labelnames.index(name) for name in kept)
 
     def labels(self, *values: str) -> M:
         if len(values) != len(self.labelnames):
             raise ValueError(f"labels {self.labelnames} expected, got {values!r}")
-        kept = values if self.keep_agent else values[1:]
-        return self.metric.labels(*kept) if kept else self.metric
+        if not self._positions:
+            return self.metric
+        return self.metric.labels(*(values[i] for i in self._positions))
 
 
 class Metrics:
@@ -181,10 +191,8 @@ class Metrics:
             return Gauge(PREFIX + name, doc, labels, registry=registry)
 
         def agent_counter(attribute: str, doc: str) -> AgentFamily[Counter]:
-            labelnames = PER_AGENT_CALLS[attribute]
-            keep = keeps_agent(attribute, self.detail)
-            metric: Counter = counter(attribute, doc, labelnames if keep else labelnames[1:])
-            return AgentFamily(metric, labelnames, keep)
+            kept = exported_labels(attribute, self.detail)
+            return AgentFamily(counter(attribute, doc, kept), PER_AGENT_CALLS[attribute], kept)
 
         self.requests = agent_counter("requests", "Run requests decided, by verdict.")
         self.rejections = agent_counter("rejections", "Rejection reasons (one per reason).")
@@ -208,19 +216,18 @@ class Metrics:
         self.interrupts_expired = agent_counter(
             "interrupts_expired", "Open interrupts that passed expiresAt unanswered."
         )
-        response_labels = PER_AGENT_CALLS["interrupt_response"]
-        response_keep = keeps_agent("interrupt_response", self.detail)
+        response_labels = exported_labels("interrupt_response", self.detail)
         self.interrupt_response = AgentFamily(
             Histogram(
                 PREFIX + "interrupt_response_seconds",
                 "From the interrupting RUN_FINISHED to the forwarded request answering it "
                 "(record timestamps).",
-                response_labels if response_keep else response_labels[1:],
+                response_labels,
                 buckets=RESPONSE_BUCKETS,
                 registry=registry,
             ),
+            PER_AGENT_CALLS["interrupt_response"],
             response_labels,
-            response_keep,
         )
         self.runs_closed = agent_counter("runs_closed", "Runs closed, by outcome.")
         self.events = agent_counter("events", "Events consumed, by type.")
@@ -303,7 +310,7 @@ class Metrics:
             for value in values:
                 if agent is not None:
                     family.metric.labels(agent, value)
-                elif not family.keep_agent:
+                elif "agent" not in family.kept:
                     family.metric.labels(value)
 
         prime(self.interrupts_raised, (*sorted(KNOWN_REASONS), OTHER))
