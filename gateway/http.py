@@ -1,18 +1,30 @@
-"""/healthz, /readyz and /metrics: a Starlette app served by uvicorn on the gateway's loop."""
+"""/healthz, /readyz and /metrics: a Starlette app served by uvicorn on the gateway's loop.
+
+/metrics renders in a worker thread (Starlette's thread pool), never on the event
+loop, so a scrape does not hold up the rounds however many series there are. The
+registry's collectors are therefore called from that thread: a collector must read
+an immutable snapshot (or values the loop replaces whole), never iterate structures
+the loop mutates. The prometheus_client metrics themselves are thread-safe.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import gzip
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.exposition import gzip_accepted
+from prometheus_client.metrics_core import Metric
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -34,7 +46,12 @@ def app(registry: CollectorRegistry, readiness: Readiness) -> Starlette:
         return Response(body, status_code=200 if ok else 503, media_type="application/json")
 
     async def metrics(request: Request) -> Response:
-        return Response(generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        compress = gzip_accepted(request.headers.get("accept-encoding", ""))
+        body = await run_in_threadpool(render, registry, compress)
+        headers = {"Content-Type": CONTENT_TYPE_LATEST, "Vary": "Accept-Encoding"}
+        if compress:
+            headers["Content-Encoding"] = "gzip"
+        return Response(body, headers=headers)
 
     return Starlette(
         routes=[
@@ -43,6 +60,37 @@ def app(registry: CollectorRegistry, readiness: Readiness) -> Starlette:
             Route("/metrics", metrics, methods=["GET"]),
         ]
     )
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The registry in Prometheus text format, without the `_created` samples.
+
+    The text format carries a counter's or histogram's creation time as a series of
+    its own (`x_created`); nothing here queries them, and they would double the
+    size of every counter.
+    """
+    return generate_latest(_WithoutCreated(registry))
+
+
+def render(registry: CollectorRegistry, compress: bool) -> bytes:
+    """The /metrics body (gzip-compressed when the scraper accepts it): CPU only, no I/O."""
+    body = exposition(registry)
+    return gzip.compress(body, compresslevel=6) if compress else body
+
+
+class _WithoutCreated:
+    """The registry's families with the `_created` samples left out."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self._registry.collect():
+            created = family.name + "_created"
+            if any(sample.name == created for sample in family.samples):
+                family = copy.copy(family)
+                family.samples = [s for s in family.samples if s.name != created]
+            yield family
 
 
 class _Server(uvicorn.Server):

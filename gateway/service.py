@@ -43,7 +43,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
-    gateway = Gateway(settings, Metrics(registry))
+    gateway = Gateway(settings, Metrics(registry, settings.metrics_agent_detail))
     http = HttpServer(settings.http_host, settings.http_port, registry, gateway.ready)
     async with serving(http, stop, settings.shutdown_timeout_s):
         await gateway.run(stop)

@@ -150,6 +150,10 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """DEBUG, INFO, WARNING or ERROR."""
 
+    # --- Metrics -----------------------------------------------------------------------
+    metrics_agent_detail: Literal["dashboard", "full"] = "dashboard"
+    """Which metrics carry agent: dashboard (verdicts per agent, detail over all) or full."""
+
     @field_validator("bootstrap_servers")
     @classmethod
     def _host_port_list(cls, value: str) -> str:

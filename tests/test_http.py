@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
+from collections.abc import Iterator
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from gateway.http import HttpServer, app
 
@@ -67,3 +72,58 @@ async def test_the_app_is_a_starlette_app_usable_on_its_own():
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
         answer = await client.get("/readyz")
     assert answer.status_code == 200 and answer.json() == {"ready": True, "running": True}
+
+
+class _Blocking:
+    """A collector that holds the scrape until the event loop has ticked `ticks` times."""
+
+    def __init__(self, ticks: int) -> None:
+        self.entered = threading.Event()
+        self.ticked = threading.Event()
+        self.ticks = ticks
+        self.released = False
+
+    def collect(self) -> Iterator[Metric]:
+        self.entered.set()
+        # on the event loop this would wait in vain: the ticker could not run
+        self.released = self.ticked.wait(timeout=30)
+        yield GaugeMetricFamily("agui_gateway_test_slow", "A slow collector.", value=1)
+
+
+async def test_a_slow_scrape_does_not_stall_the_event_loop():
+    reg = registry()
+    slow = _Blocking(ticks=5)
+    reg.register(slow)
+    transport = httpx.ASGITransport(app=app(reg, lambda: (True, {})))
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not slow.entered.is_set():
+            await asyncio.sleep(0.01)
+        for _ in range(slow.ticks):  # the loop keeps running while the collector works
+            await asyncio.sleep(0)
+            ticks += 1
+        slow.ticked.set()
+
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        answer, _ = await asyncio.gather(client.get("/metrics"), ticker())
+    assert slow.released and ticks == slow.ticks
+    assert answer.status_code == 200
+    assert "agui_gateway_test_slow 1.0" in answer.text
+
+
+async def test_metrics_leave_out_created_samples_and_compress_when_asked():
+    transport = httpx.ASGITransport(app=app(registry(), lambda: (True, {})))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        plain = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
+        packed = await client.get("/metrics", headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in plain.headers
+    assert "agui_gateway_test_total 3.0" in plain.text
+    assert "_created" not in plain.text
+    assert (
+        "agui_gateway_test_created" in generate_latest(registry()).decode()
+    )  # as the client has it
+    assert packed.headers["content-encoding"] == "gzip"
+    assert packed.text == plain.text  # httpx decompressed it
+    assert int(packed.headers["content-length"]) < len(plain.content)

@@ -2,9 +2,39 @@
 
 Only the shell updates them. No thread or run id ever becomes a label;
 free-form values (interrupt reasons, event types) fold into bounded labels.
+
+The label policy lives here, in one place. The shell counts everything per
+agent: `metrics.requests.labels(agent, verdict).inc()`. What reaches /metrics
+depends on `AgentDetail` (the `metrics_agent_detail` setting):
+
+- `dashboard` (the default, sized for fleets): `agent` stays on the request
+  verdicts (which agents' clients are forwarded, rejected, duplicated); the
+  detail (event type, rejection reason, warning code, rule, interrupt reason,
+  run outcome, expiries, merge waits) is counted over all agents, and the
+  interrupt response histogram by reason only (`DASHBOARD_LABELS`). The gauges
+  of pair state (`threads`, `interrupts_open`, ...) are per agent under both.
+- `full`: every family keeps `agent` next to its detail (small deployments).
+
+The families keep their names under both, so queries written as
+`sum by (reason) (...)` or `sum by (agent) (...)` work under both (the latter
+answers one series without `agent` under `dashboard`). The rejections and
+warnings topics name the agent of every record whatever the policy.
+
+Series exist from zero only where a `rate()` or `increase()` needs them: the
+detail families over all agents once (their values are bounded), and under
+`full` an agent's detail series once it is served.
+
+Collectors registered on the registry are called from the HTTP server's worker
+thread while /metrics renders (gateway/http.py), never on the event loop: they
+must read immutable snapshots (or values the loop replaces whole), never walk
+structures the loop mutates.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
@@ -70,9 +100,89 @@ def event_type_label(event_type: object) -> str:
     return event_type if isinstance(event_type, str) and event_type in KNOWN_TYPES else "unknown"
 
 
+class AgentDetail(StrEnum):
+    """Which series carry the `agent` label (the `metrics_agent_detail` setting)."""
+
+    DASHBOARD = "dashboard"
+    FULL = "full"
+
+
+# --- the label policy -------------------------------------------------------------------
+# Families the shell updates per agent, by attribute, with their labels as the shell
+# passes them (`agent` first). Under `full` every one of them is exported.
+PER_AGENT_CALLS: dict[str, tuple[str, ...]] = {
+    "requests": ("agent", "verdict"),
+    "rejections": ("agent", "reason"),
+    "warnings": ("agent", "code"),
+    "warnings_suppressed": ("agent", "code"),
+    "unrecognised_entries": ("agent",),
+    "uncovered_interrupts": ("agent",),
+    "expired_answers": ("agent",),
+    "interrupts_raised": ("agent", "reason"),
+    "interrupts_expired": ("agent",),
+    "interrupt_response": ("agent", "reason", "status"),
+    "runs_closed": ("agent", "outcome"),
+    "events": ("agent", "type"),
+    "protocol_violations": ("agent", "rule"),
+    "merge_wait_expired": ("agent",),
+}
+# Under `dashboard`, the labels a family keeps where they are not all its detail:
+# the verdicts stay per agent (which agents' clients are forwarded, rejected,
+# duplicated); the interrupt response histogram keeps the reason (a machine's answer
+# or a person's) but not the status, 25 series per pair of labels. Every other family
+# keeps its detail labels without `agent`.
+DASHBOARD_LABELS: dict[str, tuple[str, ...]] = {
+    "requests": ("agent", "verdict"),
+    "interrupt_response": ("reason",),
+}
+
+
+def exported_labels(attribute: str, detail: AgentDetail) -> tuple[str, ...]:
+    """The labels the family `attribute` carries under `detail`."""
+    calls = PER_AGENT_CALLS[attribute]
+    if detail is AgentDetail.FULL:
+        return calls
+    return DASHBOARD_LABELS.get(attribute, calls[1:])
+
+
+M = TypeVar("M", Counter, Histogram)
+
+
+class AgentFamily(Generic[M]):
+    """A metric the shell calls with `agent` first; the policy decides which labels stay.
+
+    `labels(agent, *detail)` answers the child to update, as the client's own
+    `labels()` does: the series of the labels kept (all of them, or the detail over
+    all agents, or fewer).
+    """
+
+    def __init__(self, metric: M, labelnames: tuple[str, ...], kept: tuple[str, ...]) -> None:
+        self.metric: M = metric
+        self.labelnames = labelnames
+        self.kept = kept
+        self._positions = tuple(labelnames.index(name) for name in kept)
+
+    def labels(self, *values: str) -> M:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"labels {self.labelnames} expected, got {values!r}")
+        if not self._positions:
+            return self.metric
+        return self.metric.labels(*(values[i] for i in self._positions))
+
+
 class Metrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    """Every metric of the gateway, on `registry`, under the label policy `detail`.
+
+    `detail` defaults to `full`, so that a `Metrics(registry)` built for one pair or
+    for the demo's console shows everything per agent; `agui-gateway run` passes the
+    `metrics_agent_detail` setting (default `dashboard`).
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry, detail: AgentDetail | str = AgentDetail.FULL
+    ) -> None:
         self.registry = registry
+        self.detail = AgentDetail(detail)
 
         def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
             return Counter(PREFIX + name, doc, labels, registry=registry)
@@ -80,48 +190,49 @@ class Metrics:
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
             return Gauge(PREFIX + name, doc, labels, registry=registry)
 
-        self.requests = counter(
-            "requests", "Run requests decided, by verdict.", ("agent", "verdict")
+        def agent_counter(attribute: str, doc: str) -> AgentFamily[Counter]:
+            kept = exported_labels(attribute, self.detail)
+            return AgentFamily(counter(attribute, doc, kept), PER_AGENT_CALLS[attribute], kept)
+
+        self.requests = agent_counter("requests", "Run requests decided, by verdict.")
+        self.rejections = agent_counter("rejections", "Rejection reasons (one per reason).")
+        self.warnings = agent_counter("warnings", "Warnings raised, by code.")
+        self.warnings_suppressed = agent_counter(
+            "warnings_suppressed", "Identical warnings not re-published (rate limit)."
         )
-        self.rejections = counter(
-            "rejections", "Rejection reasons (one per reason).", ("agent", "reason")
+        self.unrecognised_entries = agent_counter(
+            "unrecognised_entries", "Resume entries naming no open interrupt."
         )
-        self.warnings = counter("warnings", "Warnings raised, by code.", ("agent", "code"))
-        self.warnings_suppressed = counter(
-            "warnings_suppressed",
-            "Identical warnings not re-published (rate limit).",
-            ("agent", "code"),
+        self.uncovered_interrupts = agent_counter(
+            "uncovered_interrupts", "Open interrupts a request left uncovered."
         )
-        self.unrecognised_entries = counter(
-            "unrecognised_entries", "Resume entries naming no open interrupt.", ("agent",)
+        self.expired_answers = agent_counter(
+            "expired_answers", "Resume entries resolving an expired interrupt."
         )
-        self.uncovered_interrupts = counter(
-            "uncovered_interrupts", "Open interrupts a request left uncovered.", ("agent",)
-        )
-        self.expired_answers = counter(
-            "expired_answers", "Resume entries resolving an expired interrupt.", ("agent",)
-        )
-        self.interrupts_raised = counter(
-            "interrupts_raised", "Interrupts delivered by interrupting runs.", ("agent", "reason")
+        self.interrupts_raised = agent_counter(
+            "interrupts_raised", "Interrupts delivered by interrupting runs."
         )
         self.interrupts_open = gauge("interrupts_open", "Open interrupts held.", ("agent",))
-        self.interrupts_expired = counter(
-            "interrupts_expired", "Open interrupts that passed expiresAt unanswered.", ("agent",)
+        self.interrupts_expired = agent_counter(
+            "interrupts_expired", "Open interrupts that passed expiresAt unanswered."
         )
-        self.interrupt_response = Histogram(
-            PREFIX + "interrupt_response_seconds",
-            "From the interrupting RUN_FINISHED to the forwarded request answering it "
-            "(record timestamps).",
-            ("agent", "reason", "status"),
-            buckets=RESPONSE_BUCKETS,
-            registry=registry,
+        response_labels = exported_labels("interrupt_response", self.detail)
+        self.interrupt_response = AgentFamily(
+            Histogram(
+                PREFIX + "interrupt_response_seconds",
+                "From the interrupting RUN_FINISHED to the forwarded request answering it "
+                "(record timestamps).",
+                response_labels,
+                buckets=RESPONSE_BUCKETS,
+                registry=registry,
+            ),
+            PER_AGENT_CALLS["interrupt_response"],
+            response_labels,
         )
-        self.runs_closed = counter("runs_closed", "Runs closed, by outcome.", ("agent", "outcome"))
-        self.events = counter("events", "Events consumed, by type.", ("agent", "type"))
-        self.protocol_violations = counter(
-            "protocol_violations",
-            "Lifecycle rule violations seen on event streams.",
-            ("agent", "rule"),
+        self.runs_closed = agent_counter("runs_closed", "Runs closed, by outcome.")
+        self.events = agent_counter("events", "Events consumed, by type.")
+        self.protocol_violations = agent_counter(
+            "protocol_violations", "Lifecycle rule violations seen on event streams."
         )
         self.decision_seconds = Histogram(
             PREFIX + "decision_seconds",
@@ -138,10 +249,9 @@ class Metrics:
             registry=registry,
         )
         self.transactions = counter("transactions", "Transactions, by result.", ("result",))
-        self.merge_wait_expired = counter(
+        self.merge_wait_expired = agent_counter(
             "merge_wait_expired",
             "Requests judged after waiting merge_max_wait_ms for a lagging events side.",
-            ("agent",),
         )
         self.pairs_restoring = gauge(
             "pairs_restoring", "Assigned partition pairs not yet restored and consuming."
@@ -169,6 +279,12 @@ class Metrics:
         )
         self.build_info = Info(PREFIX + "build", "Gateway version.", registry=registry)
         self.build_info.info({"version": __version__})
+        if self.detail is AgentDetail.DASHBOARD:
+            self._prime_detail(None)
+
+    def agent_families(self) -> dict[str, AgentFamily[Counter] | AgentFamily[Histogram]]:
+        """The families the shell updates per agent, by attribute."""
+        return {attribute: getattr(self, attribute) for attribute in PER_AGENT_CALLS}
 
     def prime_transactions(self) -> None:
         """Create the transaction series at zero, so rate() sees their first increment."""
@@ -177,28 +293,39 @@ class Metrics:
         self.kafka_retries.labels("NOT_ENOUGH_REPLICAS")
 
     def prime_agent(self, agent: str) -> None:
-        """Create an agent's bounded series at zero when it is first served."""
+        """Create an agent's bounded series at zero when it is first served.
+
+        Under `full` every detail series of the agent; under `dashboard` nothing: the
+        detail series over all agents exist from the start, and an agent's own series
+        (its verdicts) appear with their first increment.
+        """
+        if self.detail is AgentDetail.FULL:
+            self._prime_detail(agent)
+
+    def _prime_detail(self, agent: str | None) -> None:
+        """The bounded detail series at zero: one agent's (`full`) or over all agents."""
         from gateway.core.codes import Reason, Rule, Verdict, Warn
 
-        for reason_value in (*sorted(KNOWN_REASONS), OTHER):
-            self.interrupts_raised.labels(agent, reason_value)
-        for outcome in RUN_OUTCOMES:
-            self.runs_closed.labels(agent, outcome)
-        for event_type in (*sorted(KNOWN_TYPES), "unknown"):
-            self.events.labels(agent, event_type)
-        for rule in Rule:
-            self.protocol_violations.labels(agent, str(rule))
-        for verdict in Verdict:
-            self.requests.labels(agent, str(verdict))
-        for reason in Reason:
-            self.rejections.labels(agent, str(reason))
-        for code in Warn:
-            self.warnings.labels(agent, str(code))
-        for counter in (
-            self.unrecognised_entries,
-            self.uncovered_interrupts,
-            self.expired_answers,
-            self.interrupts_expired,
-            self.merge_wait_expired,
-        ):
-            counter.labels(agent)
+        def prime(family: AgentFamily[Counter], values: Iterable[str]) -> None:
+            for value in values:
+                if agent is not None:
+                    family.metric.labels(agent, value)
+                elif "agent" not in family.kept:
+                    family.metric.labels(value)
+
+        prime(self.interrupts_raised, (*sorted(KNOWN_REASONS), OTHER))
+        prime(self.runs_closed, RUN_OUTCOMES)
+        prime(self.events, (*sorted(KNOWN_TYPES), "unknown"))
+        prime(self.protocol_violations, (str(rule) for rule in Rule))
+        prime(self.requests, (str(verdict) for verdict in Verdict))
+        prime(self.rejections, (str(reason) for reason in Reason))
+        prime(self.warnings, (str(code) for code in Warn))
+        if agent is not None:
+            for family in (
+                self.unrecognised_entries,
+                self.uncovered_interrupts,
+                self.expired_answers,
+                self.interrupts_expired,
+                self.merge_wait_expired,
+            ):
+                family.metric.labels(agent)

@@ -18,7 +18,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.metrics import MetricWrapperBase
 
-from gateway.observe.metrics import Metrics
+from gateway.observe.metrics import AgentDetail, AgentFamily, Metrics
+from gateway.settings import Settings
 from tests.observe import promql
 from tests.observe.promql import Selector, metric_names, selectors
 
@@ -54,14 +55,18 @@ REQUIRED_ALERTS = {
 COMPOSE = promql.REPO_ROOT / "docker-compose.yml"
 
 
-def _touched_registry() -> CollectorRegistry:
+def _touched_registry(detail: AgentDetail) -> CollectorRegistry:
+    """Every metric touched once, through the calls the shell makes, under `detail`."""
     registry = CollectorRegistry()
-    metrics = Metrics(registry)
+    metrics = Metrics(registry, detail)
     for metric in vars(metrics).values():
-        if not isinstance(metric, MetricWrapperBase):
+        if isinstance(metric, AgentFamily):
+            child = metric.labels(*["x"] * len(metric.labelnames))
+        elif isinstance(metric, MetricWrapperBase):
+            labelnames = metric._labelnames  # the client keeps no public accessor
+            child = metric.labels(*["x"] * len(labelnames)) if labelnames else metric
+        else:
             continue
-        labelnames = metric._labelnames  # the client keeps no public accessor
-        child = metric.labels(*["x"] * len(labelnames)) if labelnames else metric
         if isinstance(child, Counter):
             child.inc()
         elif isinstance(child, Gauge):
@@ -75,20 +80,39 @@ def _touched_registry() -> CollectorRegistry:
     return registry
 
 
+def _sample_names(registry: CollectorRegistry, agent: bool | None = None) -> set[str]:
+    return {
+        s.name
+        for family in registry.collect()
+        for s in family.samples
+        if agent is None or ("agent" in s.labels) == agent
+    }
+
+
 @pytest.fixture(scope="module")
 def registry() -> CollectorRegistry:
-    return _touched_registry()
+    """Under the default policy (`dashboard`)."""
+    return _touched_registry(AgentDetail(Settings.model_fields["metrics_agent_detail"].default))
 
 
 @pytest.fixture(scope="module")
 def exported(registry: CollectorRegistry) -> set[str]:
-    return {s.name for family in registry.collect() for s in family.samples} | PROMETHEUS_SERIES
+    """Sample names exported under both policies (the families keep their names)."""
+    full = _sample_names(_touched_registry(AgentDetail.FULL))
+    assert full == _sample_names(registry)
+    return full | PROMETHEUS_SERIES
 
 
 @pytest.fixture(scope="module")
 def agent_labelled(registry: CollectorRegistry) -> set[str]:
-    """Sample names that carry an `agent` label."""
-    return {s.name for family in registry.collect() for s in family.samples if "agent" in s.labels}
+    """Sample names that carry an `agent` label under the default policy."""
+    return _sample_names(registry, agent=True)
+
+
+@pytest.fixture(scope="module")
+def over_all_agents(registry: CollectorRegistry) -> set[str]:
+    """Sample names without `agent` under the default policy: detail over all agents."""
+    return _sample_names(registry, agent=False)
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +274,7 @@ def test_dashboard_covers_the_issue_list(dashboard: dict) -> None:
 
 
 def test_every_selector_honours_the_agent_and_job_variables(
-    dashboard: dict, agent_labelled: set[str]
+    dashboard: dict, agent_labelled: set[str], over_all_agents: set[str]
 ) -> None:
     problems = []
     for where, expr in promql.dashboard_expressions(dashboard):
@@ -265,6 +289,9 @@ def test_every_selector_honours_the_agent_and_job_variables(
                 and 'agent=~"$agent"' not in sel.matchers
             ):
                 problems.append(f"{where}: {sel.name} not filtered by $agent")
+            # counted over all agents by default: an agent matcher would hide it
+            if sel.name in over_all_agents and "agent" in sel.matchers:
+                problems.append(f"{where}: {sel.name} has no agent label by default")
     assert problems == []
 
 
@@ -301,16 +328,16 @@ def test_dashboard_variables(dashboard: dict) -> None:
     assert dashboard["uid"] == "agui-gateway"
 
 
-def test_interrupt_latency_panel_is_p50_p90_p99_by_agent_and_reason(dashboard: dict) -> None:
+def test_interrupt_latency_panel_is_p50_p90_p99_by_reason(dashboard: dict) -> None:
     panel = next(
         p
         for p in promql.dashboard_panels(dashboard)
-        if p["title"] == "Interrupt response latency by agent and reason"
+        if p["title"] == "Interrupt response latency by reason"
     )
     exprs = [t["expr"] for t in panel["targets"]]
     for q in ("0.5", "0.9", "0.99"):
         assert any(
-            e.startswith(f"histogram_quantile({q}, sum by (le, agent, reason)")
+            e.startswith(f"histogram_quantile({q}, sum by (le, reason)")
             and "agui_gateway_interrupt_response_seconds_bucket" in e
             for e in exprs
         ), q

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+import pytest
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from gateway.core import lifecycle
 from gateway.core.classify import KNOWN_TYPES
-from gateway.core.codes import Rule
+from gateway.core.codes import Reason, Rule, Verdict, Warn
+from gateway.http import exposition
 from gateway.observe.metrics import (
     KNOWN_REASONS,
     OTHER,
+    PER_AGENT_CALLS,
     RESPONSE_BUCKETS,
     RUN_OUTCOMES,
+    AgentDetail,
     Metrics,
     outcome_label,
 )
+from gateway.settings import Settings
+from tests.observe.exposition import by, parse, select, total
 
 
 def series(registry: CollectorRegistry, name: str, label: str) -> set[str]:
@@ -75,3 +81,170 @@ def test_interrupt_response_buckets_resolve_machine_and_human_answers():
         for le in ("0.05", "0.25", "0.5", "1.0", "2.5")
     }
     assert below == {"0.05": 1.0, "0.25": 2.0, "0.5": 3.0, "1.0": 3.0, "2.5": 4.0}
+
+
+# --- the label policy -------------------------------------------------------------------
+
+
+def fleet_activity(metrics: Metrics, agents: int) -> None:
+    """`agents` agents' worth of activity, through the calls the shell makes.
+
+    Every agent is served, forwards and rejects requests, raises and answers
+    interrupts and sends events; one in ten also sees a duplicate. Between them the
+    agents use every value of every detail label (every event type, rejection
+    reason, warning code, rule, interrupt reason and status, run outcome), the
+    worst case for the series counted over all agents. The pair-state gauges
+    (threads, open interrupts, lag) are left out: a scrape-time collector reports them.
+    """
+    metrics.prime_transactions()
+    types = (*sorted(KNOWN_TYPES), "unknown")
+    reasons = (*sorted(KNOWN_REASONS), OTHER)
+    for i in range(agents):
+        agent = f"agent-{i:04d}"
+        metrics.prime_agent(agent)
+        metrics.events.labels(agent, types[i % len(types)]).inc(40)
+        metrics.events.labels(agent, "TEXT_MESSAGE_CONTENT").inc(400)
+        metrics.requests.labels(agent, str(Verdict.FORWARD)).inc(20)
+        metrics.requests.labels(agent, str(Verdict.REJECT)).inc(2)
+        if i % 10 == 0:
+            metrics.requests.labels(agent, str(Verdict.DUPLICATE)).inc()
+        metrics.rejections.labels(agent, str(list(Reason)[i % len(Reason)])).inc(2)
+        metrics.warnings.labels(agent, str(list(Warn)[i % len(Warn)])).inc()
+        metrics.warnings_suppressed.labels(agent, str(list(Warn)[i % len(Warn)])).inc()
+        metrics.protocol_violations.labels(agent, str(list(Rule)[i % len(Rule)])).inc()
+        metrics.interrupts_raised.labels(agent, reasons[i % len(reasons)]).inc(3)
+        for status in ("resolved", "cancelled"):
+            hist = metrics.interrupt_response.labels(agent, reasons[i % len(reasons)], status)
+            hist.observe(0.2 + i)
+        metrics.runs_closed.labels(agent, RUN_OUTCOMES[i % len(RUN_OUTCOMES)]).inc(5)
+        for family in (
+            metrics.unrecognised_entries,
+            metrics.uncovered_interrupts,
+            metrics.expired_answers,
+            metrics.interrupts_expired,
+            metrics.merge_wait_expired,
+        ):
+            family.labels(agent).inc()
+        metrics.decision_seconds.observe(0.004)
+        metrics.transactions.labels("committed").inc()
+
+
+def agent_labelled_families(registry: CollectorRegistry) -> set[str]:
+    return {
+        family.name
+        for family in registry.collect()
+        if any("agent" in sample.labels for sample in family.samples)
+    }
+
+
+def test_the_default_policy_keeps_agent_on_the_verdicts_only():
+    assert Settings.model_fields["metrics_agent_detail"].default == AgentDetail.DASHBOARD
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, AgentDetail.DASHBOARD)
+    fleet_activity(metrics, 3)
+    assert agent_labelled_families(registry) == {"agui_gateway_requests"}
+    samples = parse(exposition(registry).decode())
+    assert by(samples, "agui_gateway_requests_total", "agent") == {
+        "agent-0000": 23.0,
+        "agent-0001": 22.0,
+        "agent-0002": 22.0,
+    }
+    # the detail over all agents, summed as the shell counted it
+    assert total(samples, "agui_gateway_events_total") == 3 * 440
+    assert by(samples, "agui_gateway_events_total", "type")["TEXT_MESSAGE_CONTENT"] == 1200
+    assert total(samples, "agui_gateway_interrupt_response_seconds_count") == 6
+    # the response histogram by reason only: a machine's answer or a person's
+    reasons = by(samples, "agui_gateway_interrupt_response_seconds_count", "reason")
+    assert reasons == dict.fromkeys(sorted(KNOWN_REASONS)[:3], 2.0)
+    assert all(
+        set(dict(labels)) <= {"reason", "le"}
+        for labels in select(samples, "agui_gateway_interrupt_response_seconds_bucket")
+    )
+    assert total(samples, "agui_gateway_merge_wait_expired_total") == 3
+    assert select(samples, "agui_gateway_uncovered_interrupts_total") == {frozenset(): 3.0}
+
+
+def test_full_detail_keeps_agent_on_every_family_the_shell_counts_per_agent():
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, AgentDetail.FULL)
+    fleet_activity(metrics, 3)
+    per_agent = {
+        family.metric._name for family in metrics.agent_families().values()
+    }  # the client's family names
+    assert agent_labelled_families(registry) >= per_agent
+    assert len(per_agent) == len(PER_AGENT_CALLS)
+    samples = parse(exposition(registry).decode())
+    assert (
+        by(samples, "agui_gateway_events_total", ("agent", "type"))[
+            ("agent-0001", "TEXT_MESSAGE_CONTENT")
+        ]
+        == 400
+    )
+    reason = sorted(KNOWN_REASONS)[2]
+    labels = {"agent": "agent-0002", "reason": reason, "status": "cancelled"}
+    assert registry.get_sample_value("agui_gateway_interrupt_response_seconds_count", labels) == 1
+
+
+def test_both_policies_export_the_same_families():
+    names = []
+    for detail in AgentDetail:
+        registry = CollectorRegistry()
+        fleet_activity(Metrics(registry, detail), 2)
+        names.append({family.name for family in registry.collect()})
+    assert names[0] == names[1]
+
+
+def test_the_call_shape_is_checked_under_both_policies():
+    for detail in AgentDetail:
+        metrics = Metrics(CollectorRegistry(), detail)
+        with pytest.raises(ValueError, match="verdict"):
+            metrics.requests.labels("forward")  # the agent is always passed first
+
+
+def test_under_the_default_the_detail_exists_from_zero_and_an_agent_adds_nothing():
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, AgentDetail.DASHBOARD)
+    before = parse(exposition(registry).decode())
+    metrics.prime_agent("bot")
+    assert parse(exposition(registry).decode()) == before
+    for name, label, values in (
+        ("agui_gateway_events_total", "type", {*KNOWN_TYPES, "unknown"}),
+        ("agui_gateway_rejections_total", "reason", {str(r) for r in Reason}),
+        ("agui_gateway_warnings_total", "code", {str(w) for w in Warn}),
+        ("agui_gateway_protocol_violations_total", "rule", {str(r) for r in Rule}),
+        ("agui_gateway_interrupts_raised_total", "reason", {*KNOWN_REASONS, OTHER}),
+        ("agui_gateway_runs_closed_total", "outcome", set(RUN_OUTCOMES)),
+    ):
+        assert by(before, name, label) == dict.fromkeys(values, 0.0), name
+    for name in (
+        "agui_gateway_unrecognised_entries_total",
+        "agui_gateway_uncovered_interrupts_total",
+        "agui_gateway_expired_answers_total",
+        "agui_gateway_interrupts_expired_total",
+        "agui_gateway_merge_wait_expired_total",
+    ):
+        assert select(before, name) == {frozenset(): 0.0}, name
+    # an agent's verdicts appear with their first increment (no rate() needs them earlier)
+    assert select(before, "agui_gateway_requests_total") == {}
+
+
+def test_at_a_thousand_agents_the_default_exposition_stays_under_200_kb():
+    sizes = {}
+    for agents in (1, 100, 1000):
+        registry = CollectorRegistry()
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        fleet_activity(Metrics(registry, AgentDetail.DASHBOARD), agents)
+        sizes[agents] = len(exposition(registry))
+    assert sizes[1000] < 200_000, sizes
+    # what grows with the fleet is the verdicts: about 150 bytes an agent here
+    assert (sizes[1000] - sizes[100]) / 900 < 200, sizes
+
+
+def test_full_detail_is_what_grows_with_every_agent():
+    sizes = {}
+    for detail in AgentDetail:
+        registry = CollectorRegistry()
+        fleet_activity(Metrics(registry, detail), 20)
+        sizes[detail] = len(exposition(registry))
+    assert sizes[AgentDetail.FULL] > 5 * sizes[AgentDetail.DASHBOARD], sizes

@@ -96,7 +96,10 @@ async def ns(kafka_bootstrap: str) -> Namespace:
 
 async def test_metrics_count_exactly_what_the_scenario_implies(ns: Namespace, tmp_path) -> None:
     await ns.create_agent(AGENT, partitions=2)
-    gateway = await GatewayProcess(ns, tmp_path, sweep_interval_s=0.2).start()
+    # every metric per agent: the exact per-agent counts below need the full detail
+    gateway = await GatewayProcess(
+        ns, tmp_path, sweep_interval_s=0.2, metrics_agent_detail="full"
+    ).start()
     try:
         # --- phase 1: agent event streams ------------------------------------------------
         await produce(
