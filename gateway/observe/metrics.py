@@ -129,8 +129,8 @@ PER_AGENT_CALLS: dict[str, tuple[str, ...]] = {
 # Under `dashboard`, the labels a family keeps where they are not all its detail:
 # the verdicts stay per agent (which agents' clients are forwarded, rejected,
 # duplicated); the interrupt response histogram keeps the reason (a machine's answer
-# or a person's) but not the status, 25 series per pair of labels. Every other family
-# keeps its detail labels without `agent`.
+# or a person's) but not the status (it costs 25 series for each reason and status).
+# Every other family keeps its detail labels without `agent`.
 DASHBOARD_LABELS: dict[str, tuple[str, ...]] = {
     "requests": ("agent", "verdict"),
     "interrupt_response": ("reason",),
