@@ -1,4 +1,5 @@
-"""The `agui-gateway` command. Composes the rest; nothing imports it."""
+"""The `agui-gateway` command line: its arguments, the settings, and the dispatch to
+`gateway.commands` (one module per command). Nothing imports it."""
 
 from __future__ import annotations
 
@@ -168,7 +169,7 @@ def _fatal(command: str, lines: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
-        from gateway import check
+        from gateway.commands import check
 
         return check.main(args.events, args.input, args.now, args.strict)
     from pydantic import ValidationError
@@ -187,34 +188,34 @@ def main(argv: list[str] | None = None) -> int:
         _fatal(args.command, [f"invalid settings: {exc}"])
         return 2
     if args.command == "run":
-        from gateway import service
+        from gateway.commands import run
 
-        return service.main(settings)
+        return run.main(settings)
     if args.command == "demo":
-        from gateway.demo import main as demo_main
+        from gateway.commands import demo
 
-        return demo_main(
+        return demo.main(
             settings, args.agent, args.partitions, args.rate, args.duration, args.real_agent
         )
     if args.command == "bridge":
-        from gateway.bridge.main import main as bridge_main
+        from gateway.commands import bridge
 
-        return bridge_main(settings)
+        return bridge.main(settings)
     if args.command == "edge":
-        from gateway import edge
+        from gateway.commands import edge
 
         return edge.main(settings)
     if args.command == "topics":
-        from gateway import topics_cli
+        from gateway.commands import topics
 
         if args.partitions < 1 or args.shared_partitions < 1:
             print("agui-gateway topics: partitions must be at least 1", file=sys.stderr)
             return 2
-        return topics_cli.main(settings, args.agent, args.partitions, args.shared_partitions)
+        return topics.main(settings, args.agent, args.partitions, args.shared_partitions)
     if args.command == "acls":
-        from gateway import acls_cli
+        from gateway.commands import acls
 
-        return acls_cli.main(
+        return acls.main(
             settings,
             args.agent_pattern,
             args.principal,

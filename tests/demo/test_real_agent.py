@@ -9,7 +9,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway import demo
+from gateway.commands import demo
 from gateway.demo.bridged import history, run_input
 from gateway.demo.real_agent import ServedAgent, missing
 from gateway.settings import Settings

@@ -23,7 +23,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from gateway.service import EXIT_SHUTDOWN_TIMEOUT, SHUTDOWN_GRACE_S
+from gateway.commands.lifecycle import EXIT_SHUTDOWN_TIMEOUT, SHUTDOWN_GRACE_S
 from tests.bridge.support import BridgeProcess, bridge_settings
 from tests.integration.conftest import KAFKA_SH, REPO_ROOT, START_TIMEOUT_S, kafka_port
 from tests.integration.support import (

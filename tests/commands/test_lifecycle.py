@@ -12,7 +12,7 @@ import textwrap
 
 from prometheus_client import CollectorRegistry
 
-from gateway import service
+from gateway.commands import lifecycle
 from gateway.http import HttpServer
 from gateway.settings import Settings
 
@@ -25,7 +25,7 @@ async def stopped_by_sigterm(timeout_s: float, *, hang: bool) -> None:
     """Serve, SIGTERM ourselves, then finish at once or hang in the stop path."""
     stop = asyncio.Event()
     http = HttpServer("127.0.0.1", 0, CollectorRegistry(), ready)
-    async with service.serving(http, stop, timeout_s):
+    async with lifecycle.serving(http, stop, timeout_s):
         os.kill(os.getpid(), signal.SIGTERM)
         await stop.wait()
         if hang:  # e.g. commit_transaction waiting for a broker that is gone
@@ -34,20 +34,20 @@ async def stopped_by_sigterm(timeout_s: float, *, hang: bool) -> None:
 
 def test_a_stop_that_hangs_is_cut_at_the_bound_and_exits_3(caplog) -> None:
     settings = Settings(shutdown_timeout_s=0.3)
-    code = service.run_until_stopped("run", settings, stopped_by_sigterm(0.3, hang=True))
-    assert code == service.EXIT_SHUTDOWN_TIMEOUT == 3
+    code = lifecycle.run_until_stopped("run", settings, stopped_by_sigterm(0.3, hang=True))
+    assert code == lifecycle.EXIT_SHUTDOWN_TIMEOUT == 3
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.service"]
     assert len(lines) == 1
     assert lines[0].startswith("shutdown did not finish within shutdown_timeout_s (0.3 s)")
-    assert service._bounds == []  # disarmed: nothing ends this process later
+    assert lifecycle._bounds == []  # disarmed: nothing ends this process later
 
 
 def test_a_stop_within_the_bound_exits_0_and_disarms_it(caplog) -> None:
     settings = Settings(shutdown_timeout_s=5)
-    code = service.run_until_stopped("run", settings, stopped_by_sigterm(5, hang=False))
+    code = lifecycle.run_until_stopped("run", settings, stopped_by_sigterm(5, hang=False))
     assert code == 0
     assert not [r for r in caplog.records if r.name == "gateway.service"]
-    assert service._bounds == []
+    assert lifecycle._bounds == []
 
 
 def test_work_that_hangs_even_when_cancelled_still_ends_the_process() -> None:
@@ -55,7 +55,7 @@ def test_work_that_hangs_even_when_cancelled_still_ends_the_process() -> None:
         """
         import asyncio, os, signal
         from prometheus_client import CollectorRegistry
-        from gateway import service
+        from gateway.commands import lifecycle
         from gateway.http import HttpServer
         from gateway.observe import logs
         from gateway.settings import Settings
@@ -63,7 +63,7 @@ def test_work_that_hangs_even_when_cancelled_still_ends_the_process() -> None:
         async def main():
             stop = asyncio.Event()
             http = HttpServer("127.0.0.1", 0, CollectorRegistry(), lambda: (True, {}))
-            async with service.serving(http, stop, 0.3):
+            async with lifecycle.serving(http, stop, 0.3):
                 os.kill(os.getpid(), signal.SIGTERM)
                 while True:  # swallows the cancellation: a close that never returns
                     try:
@@ -72,7 +72,7 @@ def test_work_that_hangs_even_when_cancelled_still_ends_the_process() -> None:
                         pass
 
         logs.configure("INFO")
-        raise SystemExit(service.run_until_stopped("run", Settings(), main()))
+        raise SystemExit(lifecycle.run_until_stopped("run", Settings(), main()))
         """
     )
     result = subprocess.run(

@@ -301,7 +301,7 @@ def deep_text(depth: int, leaf: str = '"x"') -> str:
 
 
 def run_main(tmp_path: Path, events: list[str], raw: str, capfd) -> tuple[int, str, str]:
-    from gateway import check as check_module
+    from gateway.commands import check as check_module
 
     events_path = tmp_path / "events.jsonl"
     events_path.write_text("\n".join(events) + "\n")
@@ -386,7 +386,7 @@ def test_deeply_nested_inputs_hold_the_contract(tmp_path, capfd, raw):
 
 def test_a_failure_of_the_gateway_itself_is_exit_2_with_one_line(tmp_path, capfd, monkeypatch):
     """No known input fails the judge any more; this stands in for the next defect."""
-    from gateway import check as check_module
+    from gateway.commands import check as check_module
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RecursionError("maximum recursion depth exceeded\nwhile judging")

@@ -13,10 +13,10 @@ from gateway.bridge.service import Bridge
 from gateway.http import HttpServer
 from gateway.kafka import clients
 from gateway.observe import logs
-from gateway.service import run_until_stopped, serving
+from gateway.commands.lifecycle import run_until_stopped, serving
 from gateway.settings import Settings
 
-log = logging.getLogger("gateway.bridge.main")
+log = logging.getLogger("gateway.bridge.main")  # the name operators filter on, kept
 
 
 async def serve(

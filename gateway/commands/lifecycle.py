@@ -1,6 +1,5 @@
-"""`agui-gateway run`: the gateway with its HTTP endpoints, until SIGTERM/SIGINT.
-
-Everything it writes to stderr is a JSON log record, its fatal errors included.
+"""The lifecycle of the long-lived commands (`run`, `bridge`): HTTP endpoints while
+the work runs, signals, fatal errors as JSON log records, a bounded stop.
 
 A stop is bounded: `shutdown_timeout_s` after the signal, whatever has not
 finished (a commit waiting for a broker that is gone, a close that hangs) is
@@ -22,31 +21,15 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from gateway.http import HttpServer
 from gateway.kafka import clients
-from gateway.kafka.runner import Gateway
-from gateway.observe import logs
-from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 
-log = logging.getLogger("gateway.service")
+log = logging.getLogger("gateway.service")  # the name operators filter on, kept
 
 EXIT_SHUTDOWN_TIMEOUT = 3
 SHUTDOWN_GRACE_S = 3.0  # after the bound: for the cancelled work to unwind, then exit anyway
-
-
-async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    stop = stop or asyncio.Event()
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
-    gateway = Gateway(settings, Metrics(registry, settings.metrics_agent_detail))
-    http = HttpServer(settings.http_host, settings.http_port, registry, gateway.ready)
-    async with serving(http, stop, settings.shutdown_timeout_s):
-        await gateway.run(stop)
 
 
 @contextlib.asynccontextmanager
@@ -80,11 +63,6 @@ async def serving(
         yield
     finally:
         await http.stop()
-
-
-def main(settings: Settings) -> int:
-    logs.configure(settings.log_level)
-    return run_until_stopped("run", settings, serve(settings))
 
 
 def run_until_stopped(command: str, settings: Settings, main: Coroutine[Any, Any, None]) -> int:

@@ -1,0 +1,63 @@
+"""`agui-gateway edge`: an AG-UI HTTP endpoint backed by Kafka (`gateway.edge.app`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from prometheus_client import CollectorRegistry
+
+from gateway.edge.app import Edge
+from gateway.kafka import clients
+from gateway.observe import logs
+from gateway.settings import Settings
+
+log = logging.getLogger("gateway.edge")  # the name operators filter on, kept
+
+
+async def serve(settings: Settings) -> bool:
+    """Serve until stopped; False when the edge could not start."""
+    import uvicorn
+
+    edge = Edge(settings, CollectorRegistry())
+    config = uvicorn.Config(
+        edge.app(),
+        host=settings.edge_host,
+        port=settings.edge_port,
+        log_config=None,  # our JSON logs (gateway.observe.logs)
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    await server.serve()
+    return bool(server.started)
+
+
+def main(settings: Settings) -> int:
+    logs.configure(settings.log_level)
+    try:
+        asyncio.run(clients.preflight(settings))  # a refused password or certificate: exit 2
+    except clients.SecurityFailure as exc:
+        log.error(f"agui-gateway edge: {exc}")
+        return 2
+    try:
+        if not asyncio.run(serve(settings)):
+            print(
+                f"agui-gateway edge: could not start (Kafka at {settings.bootstrap_servers}, "
+                f"reply topic {settings.edge_reply_topic!r}, "
+                f"{settings.edge_host}:{settings.edge_port}); see the log above",
+                file=sys.stderr,
+            )
+            return 2
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        print(
+            f"agui-gateway edge: cannot run against Kafka at {settings.bootstrap_servers} "
+            f"(or bind {settings.edge_host}:{settings.edge_port}): {exc!r}",
+            file=sys.stderr,
+        )
+        return 2
+    return 0

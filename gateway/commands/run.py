@@ -1,0 +1,34 @@
+"""`agui-gateway run`: the gateway with its HTTP endpoints, until SIGTERM/SIGINT.
+
+Everything it writes to stderr is a JSON log record, its fatal errors included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+
+from gateway.commands.lifecycle import run_until_stopped, serving
+from gateway.http import HttpServer
+from gateway.kafka import clients
+from gateway.kafka.runner import Gateway
+from gateway.observe import logs
+from gateway.observe.metrics import Metrics
+from gateway.settings import Settings
+
+async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    stop = stop or asyncio.Event()
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
+    gateway = Gateway(settings, Metrics(registry, settings.metrics_agent_detail))
+    http = HttpServer(settings.http_host, settings.http_port, registry, gateway.ready)
+    async with serving(http, stop, settings.shutdown_timeout_s):
+        await gateway.run(stop)
+
+
+def main(settings: Settings) -> int:
+    logs.configure(settings.log_level)
+    return run_until_stopped("run", settings, serve(settings))
