@@ -18,7 +18,7 @@ from gateway.core.codes import Reason, Verdict, Warn
 from gateway.core.decision import Answer, Decision, Policy
 from gateway.core.findings import Finding, clip, pointer, preview
 from gateway.core.jsontext import to_json
-from gateway.core.shape import Path, read_input, remove_paths
+from gateway.core.shape import Entry, Path, read_input, remove_paths
 from gateway.core.state import (
     FORWARDS_KEPT,
     ForwardRecord,
@@ -86,11 +86,10 @@ def judge(
     )
     for where, message in shape.malformed:
         found.reject(Reason.MALFORMED_INPUT, clip(message), path=where)
-    if shape.model is None or shape.doc is None:
+    if shape.model is None:
         return _reject(found, thread_id, run_id), state
 
     model = shape.model
-    doc = shape.doc
     raw_resume = raw.get("resume")
     print_ = fingerprint(model.run_id, raw_resume)
     if (
@@ -109,7 +108,7 @@ def judge(
         )
     strip: list[Path] = list(shape.unknown)
     for path in shape.unknown[: max(0, MAX_STRIP_WARNINGS - len(shape.stripped_unions))]:
-        where = pointer(*shape.original(path))
+        where = pointer(*path)
         found.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED, f"unknown member {clip(where)} stripped", path=where
         )
@@ -120,7 +119,7 @@ def judge(
             f"{unlisted:,} more unknown or unrecognised members stripped (not listed one by one)",
         )
 
-    entries = model.resume or []
+    entries: list[Entry] = list(model.resume or ())
     by_id: dict[str, list[int]] = {}
     for index, entry in enumerate(entries):
         by_id.setdefault(entry.interrupt_id, []).append(index)
@@ -183,22 +182,22 @@ def judge(
 
     if found.reasons:
         return _reject(found, thread_id, run_id), state
-    forwarded = remove_paths(doc, strip)
+    removed = (*shape.removed, *strip)  # every path in the input as received
     decision = Decision(
         Verdict.FORWARD,
         warnings=tuple(found.warnings),
-        input=forwarded,
+        input=remove_paths(raw, list(removed)),
         thread_id=thread_id,
         run_id=run_id,
         answers=tuple(answers),
-        removed=(*shape.removed, *(shape.original(path) for path in strip)),
+        removed=removed,
     )
     return decision, _remember(state, thread_id, model.run_id, print_, answers, now_ms)
 
 
 def _judge_open(
     state: ThreadState,
-    entries: list[Any],
+    entries: list[Entry],
     by_id: dict[str, list[int]],
     now_ms: int,
     found: _Findings,
