@@ -32,12 +32,36 @@ from gateway.core.sweep import answered_ids
 _DEFAULT_POLICY = Policy()
 # Stripped members are each a warning up to this many; the rest are counted in one more.
 MAX_STRIP_WARNINGS = 50
+# Reasons or warnings of one code that name one entry each (duplicate and unrecognised
+# resume entries) are listed up to this many; the rest are counted in one more finding,
+# so a request of 25,000 entries costs no more than one of 50.
+MAX_LISTED_PER_CODE = 50
 
 
 class _Findings:
     def __init__(self) -> None:
         self.reasons: list[Finding] = []
         self.warnings: list[Finding] = []
+        self._listed: dict[str, int] = {}
+        self._unlisted: dict[tuple[str, bool], int] = {}
+
+    def listed(self, code: Reason | Warn, rejects: bool) -> bool:
+        """Whether one more finding of `code` is listed on its own (up to
+        MAX_LISTED_PER_CODE); if not, it is counted for one summary finding."""
+        seen = self._listed.get(str(code), 0)
+        if seen < MAX_LISTED_PER_CODE:
+            self._listed[str(code)] = seen + 1
+            return True
+        key = (str(code), rejects)
+        self._unlisted[key] = self._unlisted.get(key, 0) + 1
+        return False
+
+    def summarise(self) -> None:
+        """One finding per code that had more than MAX_LISTED_PER_CODE, counting the rest."""
+        for (code, rejects), count in self._unlisted.items():
+            into = self.reasons if rejects else self.warnings
+            into.append(Finding(code, f"{count:,} more {code} findings (not listed one by one)"))
+        self._unlisted = {}
 
     def reject(self, code: Reason, detail: str, **kw: Any) -> None:
         self.reasons.append(Finding(str(code), detail, **kw))
@@ -124,7 +148,7 @@ def judge(
     for index, entry in enumerate(entries):
         by_id.setdefault(entry.interrupt_id, []).append(index)
     for interrupt_id, indexes in by_id.items():
-        if len(indexes) > 1:
+        if len(indexes) > 1 and found.listed(Reason.DUPLICATE_ENTRY, rejects=True):
             found.reject(
                 Reason.DUPLICATE_ENTRY,
                 f"{len(indexes)} resume entries name interrupt {preview(interrupt_id)} "
@@ -160,6 +184,11 @@ def judge(
             for index, entry in enumerate(entries):
                 if entry.interrupt_id in open_ids:
                     continue
+                if not policy.strict:
+                    strip.append(("resume", index))
+                code = Reason.UNRECOGNISED_ENTRY if policy.strict else Warn.UNRECOGNISED_ENTRY
+                if not found.listed(code, rejects=policy.strict):
+                    continue
                 detail = (
                     f"resume entry names interrupt {preview(entry.interrupt_id)}, which is not "
                     f"open on thread {preview(thread_id)}" + _not_open_because(state)
@@ -178,8 +207,8 @@ def judge(
                         interrupt_id=entry.interrupt_id,
                         path=pointer("resume", index),
                     )
-                    strip.append(("resume", index))
 
+    found.summarise()
     if found.reasons:
         return _reject(found, thread_id, run_id), state
     removed = (*shape.removed, *strip)  # every path in the input as received

@@ -46,6 +46,9 @@ from gateway.core.state import (
 )
 
 SUSPENDED_KEPT = MAX_SUSPENDED
+# Unknown members of one event are each a warning up to this many; the rest are counted
+# in one more (as a request's stripped members are).
+MAX_UNKNOWN_WARNINGS = 50
 _KNOWN_OUTCOMES = frozenset({"success", "interrupt", "cancelled"})
 _KNOWN_SUBAGENT_OUTCOMES = frozenset({"success", "suspended"})
 
@@ -160,12 +163,18 @@ def _model(step: _Step, model: type[BaseModel], event: dict[str, Any]) -> BaseMo
         return None
     unknown: list[Path] = []
     unknown_members(parsed, event, (), unknown)
-    for path in unknown:
+    for path in unknown[:MAX_UNKNOWN_WARNINGS]:
         where = pointer(*path)
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
             f"unknown member {preview(where, 200)[1:-1]} of {preview(event.get('type'))} ignored",
             path=where,
+        )
+    if len(unknown) > MAX_UNKNOWN_WARNINGS:
+        step.warn(
+            Warn.UNKNOWN_MEMBER_STRIPPED,
+            f"{len(unknown) - MAX_UNKNOWN_WARNINGS:,} more unknown members of "
+            f"{preview(event.get('type'))} ignored (not listed one by one)",
         )
     return parsed
 

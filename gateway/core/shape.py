@@ -278,11 +278,12 @@ def _member_path(loc: tuple[Any, ...], routes: dict[tuple[Any, ...], tuple[int, 
     error comes from a typed dict the value's own type reached (never from a ruled
     out alternative).
     """
-    route = tuple(None if type(part) is int else part for part in loc)
+    *within, member = loc  # the member's own name is always in the input
+    route = tuple(None if type(part) is int else part for part in within)
     keep = routes.get(route)
     if keep is None:
-        keep = routes[route] = _kept_parts(loc)
-    return tuple(loc[at] for at in keep)
+        keep = routes[route] = _kept_parts(tuple(within))
+    return (*(loc[at] for at in keep), member)
 
 
 def _kept_parts(loc: tuple[Any, ...]) -> tuple[int, ...]:
