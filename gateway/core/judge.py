@@ -283,13 +283,18 @@ def _judge_open(
                 interrupt_id=interrupt.id,
                 path=pointer("resume", index, "status"),
             )
-        if interrupt.response_schema is not None:
+        if interrupt.response_schema is not None or interrupt.response_schema_unusable:
             _check_payload(interrupt, entry.payload, index, found)
     return answers
 
 
 def _check_payload(interrupt: InterruptRecord, payload: Any, index: int, found: _Findings) -> None:
-    result = response_schema.check(interrupt.response_schema, payload)
+    if interrupt.response_schema is None:  # judged unusable when the interrupt was recorded
+        result = response_schema.SchemaCheck(
+            ok=True, usable=False, detail=interrupt.response_schema_unusable or ""
+        )
+    else:
+        result = response_schema.check(interrupt.response_schema, payload)
     if not result.usable:
         found.warn(
             Warn.RESPONSE_SCHEMA_UNUSABLE,

@@ -24,6 +24,7 @@ from ag_ui.core import (
 )
 from pydantic import BaseModel, ValidationError
 
+from gateway.core import response_schema
 from gateway.core.classify import EventKind, classify
 from gateway.core.codes import Rule, Warn
 from gateway.core.findings import Finding, pointer, preview
@@ -392,26 +393,36 @@ def _interrupts(step: _Step, interrupts: list[Any]) -> tuple[InterruptRecord, ..
                 path=pointer("outcome", "interrupts", index, "id"),
             )
             continue
+        # the schema's verdict, decided here once: its canonical bytes, or why not usable
+        kept, unusable = (
+            (None, None)
+            if item.response_schema is None
+            else response_schema.record(item.response_schema)
+        )
         seen[item.id] = InterruptRecord(
             id=item.id,
             reason=item.reason,
             message=item.message,
             tool_call_id=item.tool_call_id,
-            response_schema=item.response_schema,
+            response_schema=kept,
             expires_at=item.expires_at,
             metadata=item.metadata,
             subagent_run_id=item.subagent_run_id,
+            response_schema_unusable=unusable,
         )
     return _fit_content(step, tuple(seen.values()))
+
+
+_NO_SCHEMA = {"response_schema": None, "response_schema_unusable": None, "metadata": None}
 
 
 def _content_bytes(records: tuple[InterruptRecord, ...]) -> int:
     total = 0
     for i in records:
         total += utf8_len(i.reason) + utf8_len(i.message or "") + utf8_len(i.expires_at or "")
-        for value in (i.response_schema, i.metadata):
-            if value is not None:
-                total += len(to_json(value))
+        total += len(i.response_schema or b"") + utf8_len(i.response_schema_unusable or "")
+        if i.metadata is not None:
+            total += len(to_json(i.metadata))
     return total
 
 
@@ -428,8 +439,8 @@ def _fit_content(
     if size <= MAX_INTERRUPT_CONTENT_BYTES:
         return records
     for fields, what in (
-        ({"response_schema": None, "metadata": None}, "responseSchema and metadata"),
-        ({"response_schema": None, "metadata": None, "message": None}, "message"),
+        (_NO_SCHEMA, "responseSchema and metadata"),
+        ({**_NO_SCHEMA, "message": None}, "message"),
     ):
         records = tuple(replace(i, **fields) for i in records)  # type: ignore[arg-type]
         step.violation(

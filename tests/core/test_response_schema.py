@@ -200,7 +200,6 @@ def test_the_verdict_on_a_schema_is_cached_and_the_cache_is_bounded_by_bytes():
     for n in range(400):
         prepare({"enum": [str(n) * 1000, "z" * 40_000]})
     assert response_schema._by_text.used <= response_schema.CACHE_BYTES
-    assert response_schema._by_identity.used <= response_schema.CACHE_BYTES
 
 
 def test_errors_are_capped_and_never_embed_the_payload():
@@ -224,3 +223,39 @@ def test_a_payload_over_the_checking_budget_is_not_checked():
     assert (result.ok, result.could_not_check) == (False, True)
     assert "budget" in result.detail
     assert check(schema, list(range(10))).ok
+
+
+def test_the_verdict_is_decided_when_the_interrupt_is_recorded_not_on_first_use():
+    from gateway.core import apply_event, judge, response_schema
+
+    response_schema._by_text.clear()
+    schema = {"type": "object", "properties": {"recorded": {"type": "integer"}}}
+    unusable = {"$ref": "#/missing"}
+    started = {"type": "RUN_STARTED", "threadId": "t", "runId": "r1"}
+    state = apply_event(None, "t", started, 1).state
+    interrupts = [
+        {"id": "a", "reason": "r", "responseSchema": schema},
+        {"id": "b", "reason": "r", "responseSchema": unusable},
+    ]
+    finished = {
+        "type": "RUN_FINISHED",
+        "threadId": "t",
+        "runId": "r1",
+        "outcome": {"type": "interrupt", "interrupts": interrupts},
+    }
+    state = apply_event(state, "t", finished, 2).state
+    assert state is not None
+    a, b = state.interrupts
+    assert a.response_schema is not None
+    assert response_schema.known(a.response_schema) is a.response_schema  # compiled already
+    assert b.response_schema is None and "points nowhere" in (b.response_schema_unusable or "")
+    resume = [
+        {"interruptId": "a", "status": "resolved", "payload": {"recorded": "no"}},
+        {"interruptId": "b", "status": "resolved", "payload": 1},
+    ]
+    raw = {"threadId": "t", "runId": "r2", "messages": [], "resume": resume}
+    decision, _ = judge(state, raw, 3, thread_id="t")
+    assert [r.code for r in decision.reasons] == ["payload_schema_mismatch"]
+    assert [w.code for w in decision.warnings] == ["response_schema_unusable"]
+    response_schema._by_text.clear()  # a restart: compiled again from the kept bytes
+    assert judge(state, raw, 3, thread_id="t")[0] == decision
