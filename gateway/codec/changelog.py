@@ -93,7 +93,7 @@ def decode(value: bytes) -> ThreadState:
         if value[0] >= 3 or not raw_schema:  # the canonical form, judged when recorded
             item["response_schema"] = _kept(raw_schema)
         else:  # v1, v2: the schema as received, judged now as it would be when recorded
-            kept, unusable = response_schema.record(_json_value(raw_schema))
+            kept, unusable, _ = response_schema.record(_json_value(raw_schema))
             item["response_schema"] = kept
             item["response_schema_unusable"] = unusable
         item["metadata"] = _json_value(raw_meta)

@@ -384,6 +384,7 @@ def _interrupts(step: _Step, interrupts: list[Any]) -> tuple[InterruptRecord, ..
                 )
                 return None
     seen: dict[str, InterruptRecord] = {}
+    budget = response_schema.MAX_SCHEMA_BYTES_PER_RUN
     for index, item in enumerate(interrupts):
         if item.id in seen:
             step.violation(
@@ -394,11 +395,11 @@ def _interrupts(step: _Step, interrupts: list[Any]) -> tuple[InterruptRecord, ..
             )
             continue
         # the schema's verdict, decided here once: its canonical bytes, or why not usable
-        kept, unusable = (
-            (None, None)
-            if item.response_schema is None
-            else response_schema.record(item.response_schema)
-        )
+        kept: bytes | None = None
+        unusable: str | None = None
+        if item.response_schema is not None:
+            kept, unusable, cost = response_schema.record(item.response_schema, budget)
+            budget -= cost
         seen[item.id] = InterruptRecord(
             id=item.id,
             reason=item.reason,

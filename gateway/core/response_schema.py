@@ -34,6 +34,9 @@ MAX_ERRORS = 5
 MAX_SCHEMA_BYTES = 64 * 1024  # the schema's canonical JSON
 MAX_SCHEMA_DEPTH = 64  # nesting, references followed
 MAX_EXPANDED_VALUES = 4_000  # JSON values once every $ref is replaced by its target
+# Schemas judged anew per RUN_FINISHED (a schema the cache knows costs nothing): judging
+# costs ~0.15 us per byte, so one event's schemas stay within ~20 ms.
+MAX_SCHEMA_BYTES_PER_RUN = 128 * 1024
 MAX_PAYLOAD_BYTES = 256 * 1024  # a payload checked against a schema, as compact JSON
 # Validation cost bound: expanded schema values x payload bytes. Measured on the
 # reference 2-core machine at ~2 ns per unit for the worst keywords (README, "Limits").
@@ -93,15 +96,28 @@ def prepare(schema: object) -> Prepared:
     return _by_text.get(text) or _compiled(schema, text)
 
 
-def record(schema: object) -> tuple[bytes | None, str | None]:
-    """What an interrupt keeps of its `responseSchema`, decided when it is recorded:
-    (the canonical bytes, None) for a usable schema, the bytes shared with every other
-    interrupt holding the same schema while the cache knows it; (None, why) for an
-    unusable one, whose schema is then not kept at all."""
-    prepared = prepare(schema)
+def record(schema: object, budget: int | None = None) -> tuple[bytes | None, str | None, int]:
+    """What an interrupt keeps of its `responseSchema`, decided when it is recorded.
+
+    (the canonical bytes, None, cost) for a usable schema, the bytes shared with every
+    other interrupt holding the same schema while the cache knows it; (None, why, cost)
+    for an unusable one, whose schema is then not kept at all. `cost` is the bytes
+    judged anew (0 when the cache knew the schema); a schema that would cost more than
+    `budget` is not judged and is unusable.
+    """
+    text = canonical(schema)
+    if isinstance(text, str):
+        return None, text, 0
+    prepared = _by_text.get(text)
+    cost = 0
+    if prepared is None:
+        if budget is not None and len(text) > budget and len(text) <= MAX_SCHEMA_BYTES:
+            return None, f"the run's schemas total over {MAX_SCHEMA_BYTES_PER_RUN:,} bytes", 0
+        prepared = _compiled(schema, text)
+        cost = len(text)
     if prepared.validator is None:
-        return None, prepared.unusable or "not a usable JSON Schema"
-    return prepared.text, None
+        return None, prepared.unusable or "not a usable JSON Schema", cost
+    return prepared.text, None, cost
 
 
 def known(text: bytes) -> bytes | None:

@@ -309,7 +309,7 @@ def test_restored_threads_with_one_schema_share_its_bytes():
     from gateway.core import response_schema
 
     schema = {"type": "object", "properties": {"shared": {"type": "string"}}}
-    kept, _ = response_schema.record(schema)  # the cache knows it, as after a first use
+    kept, _, _ = response_schema.record(schema)  # the cache knows it, as after a first use
     value = v2_value([schema])
     one, two = changelog.decode(value), changelog.decode(changelog.encode(changelog.decode(value)))
     assert one.interrupts[0].response_schema is kept

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from gateway.codec.records import Undecodable, decode_json, forward_bytes, stream_type
-from gateway.core import Decision, EventOutcome, ThreadState, apply_event, judge
+from gateway.core import Decision, EventOutcome, ThreadState, apply_event, judge, response_schema
 from gateway.core.jsontext import to_json
 
 THREAD = "t-hostile"
@@ -244,7 +244,11 @@ REQUESTS: dict[str, tuple[object, Callable[[], bytes]]] = {**CASES, **REQUEST_MO
 
 def judge_request(data: bytes, state: ThreadState | None) -> Decision | None:
     """A request record judged as the service judges it: decoded, judged, its forward's
-    bytes built (or rejected `input_too_large`). None: not JSON the gateway reads."""
+    bytes built (or rejected `input_too_large`). None: not JSON the gateway reads.
+
+    The schema cache starts empty, as after a restart: the kept schema is compiled
+    again, the worst a request meets."""
+    response_schema._by_text.clear()
     try:
         raw = decode_json(data)
     except Undecodable:
@@ -327,7 +331,10 @@ EVENTS: dict[str, Callable[[], bytes]] = {
 
 def apply(data: bytes, state: ThreadState) -> EventOutcome | None:
     """An event record applied as the service applies it: a streaming delta of an active
-    run counted unparsed, anything else decoded and applied. None: not read."""
+    run counted unparsed, anything else decoded and applied. None: not read.
+
+    The schema cache starts empty: every schema the event carries is judged anew."""
+    response_schema._by_text.clear()
     if state.status == "active" and stream_type(data) is not None:
         return None
     try:

@@ -259,3 +259,32 @@ def test_the_verdict_is_decided_when_the_interrupt_is_recorded_not_on_first_use(
     assert [w.code for w in decision.warnings] == ["response_schema_unusable"]
     response_schema._by_text.clear()  # a restart: compiled again from the kept bytes
     assert judge(state, raw, 3, thread_id="t")[0] == decision
+
+
+def test_one_run_judges_at_most_its_schema_budget_anew():
+    from gateway.core import apply_event, response_schema
+
+    response_schema._by_text.clear()
+
+    def schema(n: int) -> dict:
+        props = {f"p{n}_{k}": {"type": "string", "maxLength": k} for k in range(450)}
+        return {"type": "object", "properties": props}  # ~18 KB of JSON each
+
+    started = {"type": "RUN_STARTED", "threadId": "t", "runId": "r1"}
+    state = apply_event(None, "t", started, 1).state
+    interrupts = [{"id": f"i{n}", "reason": "r", "responseSchema": schema(n)} for n in range(32)]
+    interrupts.append({"id": "again", "reason": "r", "responseSchema": schema(0)})  # cached
+    finished = {
+        "type": "RUN_FINISHED",
+        "threadId": "t",
+        "runId": "r1",
+        "outcome": {"type": "interrupt", "interrupts": interrupts[:31] + interrupts[32:]},
+    }
+    state = apply_event(state, "t", finished, 2).state
+    assert state is not None
+    kept = [i for i in state.interrupts if i.response_schema is not None]
+    judged = sum(len(i.response_schema or b"") for i in kept if i.id != "again")
+    assert judged <= response_schema.MAX_SCHEMA_BYTES_PER_RUN
+    assert len(kept) >= 7 and state.interrupts[-1].response_schema is not None
+    over = [i for i in state.interrupts if i.response_schema is None]
+    assert over and all("schemas total over" in (i.response_schema_unusable or "") for i in over)
