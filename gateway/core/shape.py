@@ -76,6 +76,12 @@ def read_input(raw: dict[str, Any]) -> Shape:
     try:
         _validator().validate_python(raw, strict=True)
     except ValidationError as exc:
+        count = exc.error_count()
+        if count > MANY_ERRORS:  # a flood: are they all extra members? One pass says so
+            extras: list[Path] = []
+            _extras(raw, _schema(), (), extras)
+            if len(extras) == count:
+                return _valid(shape, raw, extras)
         errors = exc.errors(include_url=False, include_input=False, include_context=False)
     else:
         errors = []
@@ -114,6 +120,11 @@ def read_input(raw: dict[str, Any]) -> Shape:
         shape.unknown = [
             p for p in shape.unknown if not any(p[:n] in removed for n in range(len(p)))
         ]
+    return _valid(shape, raw, shape.unknown)
+
+
+def _valid(shape: Shape, raw: dict[str, Any], unknown: list[Path]) -> Shape:
+    shape.unknown = unknown
     resume = raw.get("resume")
     shape.model = Request(
         run_id=raw["runId"],
@@ -122,6 +133,71 @@ def read_input(raw: dict[str, Any]) -> Shape:
         else tuple(Entry(e["interruptId"], e["status"], e.get("payload")) for e in resume),
     )
     return shape
+
+
+# Over this many validation errors, one schema-guided pass looks for extra members first:
+# building each error costs more than finding each member.
+MANY_ERRORS = 256
+
+
+def _extras(node: Any, schema: dict[str, Any], at: Path, out: list[Path]) -> None:
+    """Append the path of every extra member in `node`, read along `schema` as the
+    validator reads it (a union tag picks its variant; an unrecognised one is skipped)."""
+    schema = _inner(schema)
+    kind = schema.get("type")
+    if kind == "typed-dict":
+        if not isinstance(node, dict):
+            return
+        fields, deep = _fields_of(schema)
+        for key, value in node.items():
+            if key not in fields:
+                out.append((*at, key))
+            elif key in deep:
+                _extras(value, fields[key], (*at, key), out)
+    elif kind == "list":
+        items = schema.get("items_schema")
+        if isinstance(node, list) and items is not None:
+            for index, item in enumerate(node):
+                _extras(item, items, (*at, index), out)
+    elif kind == "tagged-union":
+        tag = node.get(schema["discriminator"]) if isinstance(node, dict) else None
+        choice = schema["choices"].get(tag) if isinstance(tag, str) else None
+        if choice is not None:
+            _extras(node, choice, at, out)
+    elif kind == "union":
+        for choice, _ in schema["choices"]:
+            inner = _inner(choice)
+            if inner.get("type") == "list" and isinstance(node, list):
+                _extras(node, inner, at, out)
+            elif inner.get("type") in ("typed-dict", "tagged-union") and isinstance(node, dict):
+                _extras(node, inner, at, out)
+
+
+_FIELDS: dict[int, tuple[dict[str, Any], frozenset[str]]] = {}
+
+
+def _fields_of(schema: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """A typed dict's field schemas by wire name, and the names of those that can hold
+    typed dicts (the only ones a search for extra members walks into)."""
+    known = _FIELDS.get(id(schema))
+    if known is None:
+        fields = {name: spec["schema"] for name, spec in schema["fields"].items()}
+        deep = frozenset(name for name, sub in fields.items() if _holds_typed_dict(sub))
+        known = _FIELDS[id(schema)] = (fields, deep)
+    return known
+
+
+def _holds_typed_dict(schema: Any) -> bool:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "typed-dict":
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
 
 
 def _shallow(raw: object) -> bool:

@@ -251,3 +251,28 @@ def test_the_typed_dict_reading_agrees_with_the_protocols_models(messages):
     found: list = []
     unknown_members(model, raw, (), found)
     assert sorted(shape.unknown, key=str) == sorted(found, key=str)
+
+
+def test_a_flood_of_extra_members_is_found_by_one_pass_exactly_as_by_the_errors(monkeypatch):
+    from gateway.core import shape as shape_module
+
+    raw = run_input([entry("int-1", sig="s")], **{f"top{i}": i for i in range(200)})
+    raw["messages"] = [
+        {"id": f"m{i}", "role": "user", "content": [{"type": "text", "text": "t", "z": i}], "y": 1}
+        for i in range(200)
+    ]
+    raw["tools"] = [{"name": "t", "description": "d", "icon": "x"}]
+    passes: list[int] = []
+    walk = shape_module._extras
+    monkeypatch.setattr(
+        shape_module,
+        "_extras",
+        lambda *a: passes.append(1) or walk(*a),  # type: ignore[func-returns-value]
+    )
+    by_pass = read_input(raw)
+    assert passes and len(by_pass.unknown) > shape_module.MANY_ERRORS
+    monkeypatch.setattr(shape_module, "MANY_ERRORS", 10**9)
+    by_errors = read_input(raw)
+    assert by_pass.model is not None and by_errors.model is not None
+    assert sorted(by_pass.unknown, key=str) == sorted(by_errors.unknown, key=str)
+    assert by_pass.stripped_unions == by_errors.stripped_unions
