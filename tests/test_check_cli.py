@@ -489,3 +489,31 @@ def test_a_failure_while_reading_is_exit_2_with_one_line(tmp_path, capfd, monkey
     status, out, err = run_main(tmp_path, [STARTED], PLAIN_INPUT, capfd)
     assert status == 2 and out == ""
     assert err == "agui-gateway check: the gateway failed while judging: MemoryError (a defect)\n"
+
+
+# --- every hostile record of the corpus holds the contract ---------------------------------
+
+
+def _hostile_requests() -> list[str]:
+    from tests.core.hostile import REQUESTS
+
+    return list(REQUESTS)
+
+
+@pytest.mark.parametrize("name", _hostile_requests())
+def test_every_hostile_request_holds_the_contract(tmp_path, capfd, name):
+    from tests.core.hostile import REQUESTS
+    from tests.core.hostile import THREAD as HOSTILE_THREAD
+
+    schema, build = REQUESTS[name]
+    started = {"type": "RUN_STARTED", "threadId": HOSTILE_THREAD, "runId": "r1"}
+    interrupt = {"id": "a", "reason": "approval", "responseSchema": schema}
+    finished = {
+        "type": "RUN_FINISHED",
+        "threadId": HOSTILE_THREAD,
+        "runId": "r1",
+        "outcome": {"type": "interrupt", "interrupts": [interrupt]},
+    }
+    events = [json.dumps(started), json.dumps(finished)]
+    status, out, err = run_main(tmp_path, events, build().decode(), capfd)
+    holds_the_contract(status, out, err)
