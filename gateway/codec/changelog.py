@@ -23,10 +23,11 @@ import orjson
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from gateway.codec import jsonio
+from gateway.core import response_schema
 from gateway.core.state import ThreadState, from_dict, to_dict
 
 SCHEMA_PACKAGE = "gateway.schemas"
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
 
 
 class ChangelogFormatError(ValueError):
@@ -55,10 +56,20 @@ def _json_value(text: str | None) -> Any:
         raise ChangelogFormatError(f"undecodable JSON in a changelog value: {exc}") from None
 
 
+def _kept(text: str | None) -> bytes | None:
+    """A kept schema's bytes: the schema cache's own object when it knows them, so that
+    restored threads holding one schema share it."""
+    if not text:
+        return None
+    data = text.encode()
+    known = response_schema.known(data)
+    return data if known is None else known
+
+
 def encode(state: ThreadState) -> bytes:
     record = to_dict(state)
     for item in (*record["interrupts"], *record["held_interrupts"]):
-        item["response_schema_json"] = _json_or_none(item.pop("response_schema"))
+        item["response_schema_json"] = item.pop("response_schema")  # canonical JSON text
         item["metadata_json"] = _json_or_none(item.pop("metadata"))
     out = io.BytesIO()
     out.write(bytes([CURRENT_VERSION]))
@@ -79,7 +90,12 @@ def decode(value: bytes) -> ThreadState:
     for item in (*record["interrupts"], *record["held_interrupts"]):
         raw_schema = item.pop("response_schema_json", None)
         raw_meta = item.pop("metadata_json", None)
-        item["response_schema"] = _json_value(raw_schema)
+        if value[0] >= 3 or not raw_schema:  # the canonical form, judged when recorded
+            item["response_schema"] = _kept(raw_schema)
+        else:  # v1, v2: the schema as received, judged now as it would be when recorded
+            kept, unusable, _ = response_schema.record(_json_value(raw_schema))
+            item["response_schema"] = kept
+            item["response_schema_unusable"] = unusable
         item["metadata"] = _json_value(raw_meta)
     try:
         return from_dict(record)

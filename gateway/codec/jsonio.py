@@ -70,7 +70,7 @@ def loads(data: bytes) -> Any:
     if _has_long_run(data):
         return _exact(data)
     try:
-        members = _members(orjson.dumps(value))
+        members = _members(orjson.dumps(value), compact=True)
     except orjson.JSONEncodeError:  # deeper than orjson writes (254 levels)
         _check_depth(data)
         members = _members_of(value)
@@ -109,16 +109,17 @@ def _has_long_run(data: bytes) -> bool:
     return _LONG_RUN in data.translate(_DIGITS_ONLY)
 
 
-def _members(text: bytes) -> int:
+def _members(text: bytes, compact: bool = False) -> int:
     """How many object members valid JSON text holds, counted without parsing it.
 
     A member's name ends with a quote that is followed (after whitespace) by a
     colon and not escaped, i.e. preceded by an even run of backslashes. Inside
     a string a raw quote is always escaped, and whitespace next to a backslash
     is invalid, so deleting whitespace and then escaped backslashes (pairs)
-    leaves `":` exactly at member names and `\\":` at escaped quotes.
+    leaves `":` exactly at member names and `\\":` at escaped quotes. `compact` text
+    (as orjson writes it) has no whitespace to delete.
     """
-    bare = text.translate(None, _WHITESPACE).replace(b"\\\\", b"")
+    bare = (text if compact else text.translate(None, _WHITESPACE)).replace(b"\\\\", b"")
     return bare.count(b'":') - bare.count(b'\\":')
 
 

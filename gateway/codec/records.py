@@ -8,8 +8,14 @@ from typing import Any
 
 from gateway.codec import jsonio
 from gateway.core.classify import KNOWN_TYPES, EventKind, classify
+from gateway.core.codes import Reason, Verdict
+from gateway.core.decision import Decision
+from gateway.core.findings import Finding
 
 TIMESTAMP_LOG_APPEND = 1
+# Every record the gateway writes stays under the producer's and the broker's default
+# limit (1 MiB): a record Kafka refuses would abort the round again and again.
+MAX_RECORD_BYTES = 1_000_000
 
 HEADER_REPLY_TO = "agui-reply-to"
 HEADER_CORRELATION_ID = "agui-correlation-id"
@@ -192,6 +198,38 @@ def stream_type(value: bytes | None) -> str | None:
     if name is None or value.find(b'"type"', _SECOND_TYPE_FROM) >= 0:
         return None
     return name
+
+
+def too_large(decision: Decision, size: int) -> Decision:
+    """The rejection (`input_too_large`) of a forward whose bytes would be `size`, over
+    MAX_RECORD_BYTES; the judge's warnings are kept."""
+    reason = Finding(
+        str(Reason.INPUT_TOO_LARGE),
+        f"the input to forward is {size:,} bytes, over the {MAX_RECORD_BYTES:,} a record the "
+        "gateway writes may have",
+    )
+    return Decision(
+        Verdict.REJECT,
+        reasons=(reason,),
+        warnings=decision.warnings,
+        thread_id=decision.thread_id,
+        run_id=decision.run_id,
+    )
+
+
+def forward_bytes(decision: Decision, received: bytes) -> tuple[Decision, bytes | None]:
+    """What a judged request becomes on the way out, for the service and `check` alike.
+
+    A forward carries the bytes received less the members the judge removed
+    (`jsonio.forwarded`); one that would be over MAX_RECORD_BYTES is rejected
+    `input_too_large` instead (bytes None). Any other decision passes unchanged.
+    """
+    if decision.verdict is not Verdict.FORWARD:
+        return decision, None
+    forward = jsonio.forwarded(received, list(decision.removed), decision.input)
+    if len(forward) > MAX_RECORD_BYTES:
+        return too_large(decision, len(forward)), None
+    return decision, forward
 
 
 dumps = jsonio.dumps

@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 
 from gateway.codec import jsonio
-from gateway.core import Decision, Policy, ThreadState, Verdict, apply_event, judge
+from gateway.codec.records import forward_bytes
+from gateway.core import Policy, ThreadState, Verdict, apply_event, judge
 from gateway.core.expiry import iso_micros
 from gateway.core.findings import Finding
 
@@ -85,9 +86,10 @@ def run_check(
     policy: Policy,
     body: bytes | None = None,
 ) -> CheckResult:
-    """Judge `raw_input` after `events`. `body`, the bytes `raw_input` was read from,
-    makes a forward's `input` those bytes as the service forwards them; without it
-    the decoded value is written."""
+    """Judge `raw_input` after `events`. `body` is the bytes `raw_input` was read from
+    (None: `raw_input` written as JSON); a forward's `input` is those bytes as the
+    service forwards them, and a forward over the service's record limit is rejected
+    `input_too_large` as the service rejects it."""
     thread_id = _thread_of(events, raw_input)
     state: ThreadState | None = None
     event_warnings: list[Finding] = []
@@ -106,50 +108,53 @@ def run_check(
                 )
             )
     decision, _ = judge(state, raw_input, now_ms, policy, thread_id=thread_id or None)
+    # as the service: the bytes received less what was stripped, and a forward over the
+    # record limit rejected `input_too_large`
+    received = body if body is not None else jsonio.dumps(raw_input)
+    decision, forward = forward_bytes(decision, received)
     document = decision.to_json()
-    if decision.verdict is Verdict.FORWARD and body is not None:
-        document["input"] = jsonio.verbatim(_forwarded(body, decision))
+    if forward is not None:
+        # whitespace around the value is left out so that it sits in the document like
+        # any member
+        document["input"] = jsonio.verbatim(forward.strip(b" \t\n\r"))
     document["warnings"] = [w.to_json() for w in event_warnings] + document["warnings"]
     return CheckResult(decision.verdict, document)
 
 
-def _forwarded(body: bytes, decision: Decision) -> bytes:
-    """The bytes the service forwards for `body` (`jsonio.forwarded`, as gateway.kafka.pair):
-    the input as received less the members the judge removed, or, for a document
-    too deep to keep its number tokens, the decoded value written. Whitespace around
-    the value is left out so that it sits in the document like any member."""
-    return jsonio.forwarded(body, list(decision.removed), decision.input).strip(b" \t\n\r")
-
-
 def main(events_path: str, input_path: str, now: str | None, strict: bool) -> int:
-    try:
-        now_ms = parse_now(now)
-        events = read_events(Path(events_path))
-        body, raw_input = read_input(Path(input_path))
-    except CheckInputError as exc:
-        print(f"agui-gateway check: {exc}", file=sys.stderr)
-        return 2
     # The contract holds for every input: one JSON object on stdout, or exit 2 with
-    # one line on stderr. A failure while judging is a defect of the gateway; it is
-    # reported so rather than as a traceback, and an exception a library could only
-    # print ("Exception ignored ...") is counted instead of reaching stderr.
+    # one line on stderr. A failure while reading or judging that is not the files' fault
+    # is a defect of the gateway; it is reported so rather than as a traceback, and an
+    # exception a library could only print ("Exception ignored ...") is counted instead
+    # of reaching stderr.
     ignored: list[str] = []
     previous_hook = sys.unraisablehook
     sys.unraisablehook = lambda unraisable: ignored.append(type(unraisable.exc_value).__name__)
     try:
+        now_ms = parse_now(now)
+        events = read_events(Path(events_path))
+        body, raw_input = read_input(Path(input_path))
         result = run_check(events, raw_input, now_ms, Policy(strict=strict), body)
         try:
-            body = orjson.dumps(result.document, option=orjson.OPT_INDENT_2)
+            out = orjson.dumps(result.document, option=orjson.OPT_INDENT_2)
         except orjson.JSONEncodeError:  # big integers or deep nesting: compact, but exact
-            body = jsonio.dumps(result.document)
+            out = jsonio.dumps(result.document)
+    except CheckInputError as exc:
+        print(f"agui-gateway check: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - the one-line contract, whatever failed
         print(f"agui-gateway check: {_failure(exc)}", file=sys.stderr)
         return 2
     finally:
         sys.unraisablehook = previous_hook
-    sys.stdout.buffer.write(body + b"\n")
+    sys.stdout.buffer.write(out + b"\n")
     sys.stdout.flush()
     return 0 if result.verdict is Verdict.FORWARD else 1
+
+
+def _one_line(text: str) -> str:
+    """`text` on one line (a file name or a parser's message may hold line breaks)."""
+    return " ".join(text.split())
 
 
 def _failure(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ from gateway.core.codes import Reason, Verdict, Warn
 from gateway.core.decision import Answer, Decision, Policy
 from gateway.core.findings import Finding, clip, pointer, preview
 from gateway.core.jsontext import to_json
-from gateway.core.shape import Path, read_input, remove_paths
+from gateway.core.shape import Entry, Path, read_input, remove_paths
 from gateway.core.state import (
     FORWARDS_KEPT,
     ForwardRecord,
@@ -32,12 +32,36 @@ from gateway.core.sweep import answered_ids
 _DEFAULT_POLICY = Policy()
 # Stripped members are each a warning up to this many; the rest are counted in one more.
 MAX_STRIP_WARNINGS = 50
+# Reasons or warnings of one code that name one entry each (duplicate and unrecognised
+# resume entries) are listed up to this many; the rest are counted in one more finding,
+# so a request of 25,000 entries costs no more than one of 50.
+MAX_LISTED_PER_CODE = 50
 
 
 class _Findings:
     def __init__(self) -> None:
         self.reasons: list[Finding] = []
         self.warnings: list[Finding] = []
+        self._listed: dict[str, int] = {}
+        self._unlisted: dict[tuple[str, bool], int] = {}
+
+    def listed(self, code: Reason | Warn, rejects: bool) -> bool:
+        """Whether one more finding of `code` is listed on its own (up to
+        MAX_LISTED_PER_CODE); if not, it is counted for one summary finding."""
+        seen = self._listed.get(str(code), 0)
+        if seen < MAX_LISTED_PER_CODE:
+            self._listed[str(code)] = seen + 1
+            return True
+        key = (str(code), rejects)
+        self._unlisted[key] = self._unlisted.get(key, 0) + 1
+        return False
+
+    def summarise(self) -> None:
+        """One finding per code that had more than MAX_LISTED_PER_CODE, counting the rest."""
+        for (code, rejects), count in self._unlisted.items():
+            into = self.reasons if rejects else self.warnings
+            into.append(Finding(code, f"{count:,} more {code} findings (not listed one by one)"))
+        self._unlisted = {}
 
     def reject(self, code: Reason, detail: str, **kw: Any) -> None:
         self.reasons.append(Finding(str(code), detail, **kw))
@@ -86,11 +110,10 @@ def judge(
     )
     for where, message in shape.malformed:
         found.reject(Reason.MALFORMED_INPUT, clip(message), path=where)
-    if shape.model is None or shape.doc is None:
+    if shape.model is None:
         return _reject(found, thread_id, run_id), state
 
     model = shape.model
-    doc = shape.doc
     raw_resume = raw.get("resume")
     print_ = fingerprint(model.run_id, raw_resume)
     if (
@@ -109,7 +132,7 @@ def judge(
         )
     strip: list[Path] = list(shape.unknown)
     for path in shape.unknown[: max(0, MAX_STRIP_WARNINGS - len(shape.stripped_unions))]:
-        where = pointer(*shape.original(path))
+        where = pointer(*path)
         found.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED, f"unknown member {clip(where)} stripped", path=where
         )
@@ -120,12 +143,12 @@ def judge(
             f"{unlisted:,} more unknown or unrecognised members stripped (not listed one by one)",
         )
 
-    entries = model.resume or []
+    entries: list[Entry] = list(model.resume or ())
     by_id: dict[str, list[int]] = {}
     for index, entry in enumerate(entries):
         by_id.setdefault(entry.interrupt_id, []).append(index)
     for interrupt_id, indexes in by_id.items():
-        if len(indexes) > 1:
+        if len(indexes) > 1 and found.listed(Reason.DUPLICATE_ENTRY, rejects=True):
             found.reject(
                 Reason.DUPLICATE_ENTRY,
                 f"{len(indexes)} resume entries name interrupt {preview(interrupt_id)} "
@@ -161,6 +184,11 @@ def judge(
             for index, entry in enumerate(entries):
                 if entry.interrupt_id in open_ids:
                     continue
+                if not policy.strict:
+                    strip.append(("resume", index))
+                code = Reason.UNRECOGNISED_ENTRY if policy.strict else Warn.UNRECOGNISED_ENTRY
+                if not found.listed(code, rejects=policy.strict):
+                    continue
                 detail = (
                     f"resume entry names interrupt {preview(entry.interrupt_id)}, which is not "
                     f"open on thread {preview(thread_id)}" + _not_open_because(state)
@@ -179,26 +207,26 @@ def judge(
                         interrupt_id=entry.interrupt_id,
                         path=pointer("resume", index),
                     )
-                    strip.append(("resume", index))
 
+    found.summarise()
     if found.reasons:
         return _reject(found, thread_id, run_id), state
-    forwarded = remove_paths(doc, strip)
+    removed = (*shape.removed, *strip)  # every path in the input as received
     decision = Decision(
         Verdict.FORWARD,
         warnings=tuple(found.warnings),
-        input=forwarded,
+        input=remove_paths(raw, list(removed)),
         thread_id=thread_id,
         run_id=run_id,
         answers=tuple(answers),
-        removed=(*shape.removed, *(shape.original(path) for path in strip)),
+        removed=removed,
     )
     return decision, _remember(state, thread_id, model.run_id, print_, answers, now_ms)
 
 
 def _judge_open(
     state: ThreadState,
-    entries: list[Any],
+    entries: list[Entry],
     by_id: dict[str, list[int]],
     now_ms: int,
     found: _Findings,
@@ -255,13 +283,18 @@ def _judge_open(
                 interrupt_id=interrupt.id,
                 path=pointer("resume", index, "status"),
             )
-        if interrupt.response_schema is not None:
+        if interrupt.response_schema is not None or interrupt.response_schema_unusable:
             _check_payload(interrupt, entry.payload, index, found)
     return answers
 
 
 def _check_payload(interrupt: InterruptRecord, payload: Any, index: int, found: _Findings) -> None:
-    result = response_schema.check(interrupt.response_schema, payload)
+    if interrupt.response_schema is None:  # judged unusable when the interrupt was recorded
+        result = response_schema.SchemaCheck(
+            ok=True, usable=False, detail=interrupt.response_schema_unusable or ""
+        )
+    else:
+        result = response_schema.check(interrupt.response_schema, payload)
     if not result.usable:
         found.warn(
             Warn.RESPONSE_SCHEMA_UNUSABLE,

@@ -24,6 +24,7 @@ from ag_ui.core import (
 )
 from pydantic import BaseModel, ValidationError
 
+from gateway.core import response_schema
 from gateway.core.classify import EventKind, classify
 from gateway.core.codes import Rule, Warn
 from gateway.core.findings import Finding, pointer, preview
@@ -46,6 +47,9 @@ from gateway.core.state import (
 )
 
 SUSPENDED_KEPT = MAX_SUSPENDED
+# Unknown members of one event are each a warning up to this many; the rest are counted
+# in one more (as a request's stripped members are).
+MAX_UNKNOWN_WARNINGS = 50
 _KNOWN_OUTCOMES = frozenset({"success", "interrupt", "cancelled"})
 _KNOWN_SUBAGENT_OUTCOMES = frozenset({"success", "suspended"})
 
@@ -160,12 +164,18 @@ def _model(step: _Step, model: type[BaseModel], event: dict[str, Any]) -> BaseMo
         return None
     unknown: list[Path] = []
     unknown_members(parsed, event, (), unknown)
-    for path in unknown:
+    for path in unknown[:MAX_UNKNOWN_WARNINGS]:
         where = pointer(*path)
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
             f"unknown member {preview(where, 200)[1:-1]} of {preview(event.get('type'))} ignored",
             path=where,
+        )
+    if len(unknown) > MAX_UNKNOWN_WARNINGS:
+        step.warn(
+            Warn.UNKNOWN_MEMBER_STRIPPED,
+            f"{len(unknown) - MAX_UNKNOWN_WARNINGS:,} more unknown members of "
+            f"{preview(event.get('type'))} ignored (not listed one by one)",
         )
     return parsed
 
@@ -374,6 +384,7 @@ def _interrupts(step: _Step, interrupts: list[Any]) -> tuple[InterruptRecord, ..
                 )
                 return None
     seen: dict[str, InterruptRecord] = {}
+    budget = response_schema.MAX_SCHEMA_BYTES_PER_RUN
     for index, item in enumerate(interrupts):
         if item.id in seen:
             step.violation(
@@ -383,26 +394,36 @@ def _interrupts(step: _Step, interrupts: list[Any]) -> tuple[InterruptRecord, ..
                 path=pointer("outcome", "interrupts", index, "id"),
             )
             continue
+        # the schema's verdict, decided here once: its canonical bytes, or why not usable
+        kept: bytes | None = None
+        unusable: str | None = None
+        if item.response_schema is not None:
+            kept, unusable, cost = response_schema.record(item.response_schema, budget)
+            budget -= cost
         seen[item.id] = InterruptRecord(
             id=item.id,
             reason=item.reason,
             message=item.message,
             tool_call_id=item.tool_call_id,
-            response_schema=item.response_schema,
+            response_schema=kept,
             expires_at=item.expires_at,
             metadata=item.metadata,
             subagent_run_id=item.subagent_run_id,
+            response_schema_unusable=unusable,
         )
     return _fit_content(step, tuple(seen.values()))
+
+
+_NO_SCHEMA = {"response_schema": None, "response_schema_unusable": None, "metadata": None}
 
 
 def _content_bytes(records: tuple[InterruptRecord, ...]) -> int:
     total = 0
     for i in records:
         total += utf8_len(i.reason) + utf8_len(i.message or "") + utf8_len(i.expires_at or "")
-        for value in (i.response_schema, i.metadata):
-            if value is not None:
-                total += len(to_json(value))
+        total += len(i.response_schema or b"") + utf8_len(i.response_schema_unusable or "")
+        if i.metadata is not None:
+            total += len(to_json(i.metadata))
     return total
 
 
@@ -419,8 +440,8 @@ def _fit_content(
     if size <= MAX_INTERRUPT_CONTENT_BYTES:
         return records
     for fields, what in (
-        ({"response_schema": None, "metadata": None}, "responseSchema and metadata"),
-        ({"response_schema": None, "metadata": None, "message": None}, "message"),
+        (_NO_SCHEMA, "responseSchema and metadata"),
+        ({**_NO_SCHEMA, "message": None}, "message"),
     ):
         records = tuple(replace(i, **fields) for i in records)  # type: ignore[arg-type]
         step.violation(

@@ -34,6 +34,9 @@ MAX_ERRORS = 5
 MAX_SCHEMA_BYTES = 64 * 1024  # the schema's canonical JSON
 MAX_SCHEMA_DEPTH = 64  # nesting, references followed
 MAX_EXPANDED_VALUES = 4_000  # JSON values once every $ref is replaced by its target
+# Schemas judged anew per RUN_FINISHED (a schema the cache knows costs nothing): judging
+# costs ~0.15 us per byte, so one event's schemas stay within ~20 ms.
+MAX_SCHEMA_BYTES_PER_RUN = 128 * 1024
 MAX_PAYLOAD_BYTES = 256 * 1024  # a payload checked against a schema, as compact JSON
 # Validation cost bound: expanded schema values x payload bytes. Measured on the
 # reference 2-core machine at ~2 ns per unit for the worst keywords (README, "Limits").
@@ -59,42 +62,87 @@ class SchemaCheck:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A schema's verdict on itself: a compiled validator, or why it cannot be used."""
+    """A schema's verdict on itself: a compiled validator, or why it cannot be used.
+
+    `text` is the schema's canonical JSON (sorted keys, compact) as the cache holds it:
+    every interrupt whose schema has those bytes keeps this one object.
+    """
 
     validator: Any = None
     unusable: str = ""
     expanded: int = 0
+    text: bytes = b""
 
 
 _by_text: ByteLRU[bytes, Prepared] = ByteLRU(CACHE_BYTES)
-# The same schema object (an interrupt's, kept in a thread's state) is looked up
-# without writing it out again; the entry holds the object, so its id stays its own.
-_by_identity: ByteLRU[int, tuple[object, Prepared]] = ByteLRU(CACHE_BYTES)
+
+
+def canonical(schema: object) -> bytes | str:
+    """The canonical JSON of `schema` (sorted keys, compact), or a str saying why it
+    cannot be a usable schema (not an object, or not written by orjson)."""
+    if not isinstance(schema, dict):
+        return "responseSchema is not an object"
+    try:
+        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return "it is nested deeper than 254 levels or holds an integer beyond 64 bits"
 
 
 def prepare(schema: object) -> Prepared:
     """The usable-or-not verdict of `schema`, decided once and cached by its bytes."""
-    if not isinstance(schema, dict):
-        return Prepared(unusable="responseSchema is not an object")
-    known = _by_identity.get(id(schema))
-    if known is not None and known[0] is schema:
-        return known[1]
+    text = canonical(schema)
+    if isinstance(text, str):
+        return Prepared(unusable=text)
+    return _by_text.get(text) or _compiled(schema, text)
+
+
+def record(schema: object, budget: int | None = None) -> tuple[bytes | None, str | None, int]:
+    """What an interrupt keeps of its `responseSchema`, decided when it is recorded.
+
+    (the canonical bytes, None, cost) for a usable schema, the bytes shared with every
+    other interrupt holding the same schema while the cache knows it; (None, why, cost)
+    for an unusable one, whose schema is then not kept at all. `cost` is the bytes
+    judged anew (0 when the cache knew the schema); a schema that would cost more than
+    `budget` is not judged and is unusable.
+    """
+    text = canonical(schema)
+    if isinstance(text, str):
+        return None, text, 0
+    prepared = _by_text.get(text)
+    cost = 0
+    if prepared is None:
+        if budget is not None and len(text) > budget and len(text) <= MAX_SCHEMA_BYTES:
+            return None, f"the run's schemas total over {MAX_SCHEMA_BYTES_PER_RUN:,} bytes", 0
+        prepared = _compiled(schema, text)
+        cost = len(text)
+    if prepared.validator is None:
+        return None, prepared.unusable or "not a usable JSON Schema", cost
+    return prepared.text, None, cost
+
+
+def known(text: bytes) -> bytes | None:
+    """The cache's own copy of a kept schema's bytes, if it holds them (not compiled)."""
+    prepared = _by_text.get(text)
+    return None if prepared is None or not prepared.text else prepared.text
+
+
+def prepared_text(text: bytes) -> Prepared:
+    """The verdict of a schema kept as its canonical bytes (from `record`, or restored)."""
+    known = _by_text.get(text)
+    if known is not None:
+        return known
     try:
-        text = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:
-        prepared = Prepared(
-            unusable="it is nested deeper than 254 levels or holds an integer beyond 64 bits"
-        )
-        _by_identity.put(id(schema), (schema, prepared), 1024)
-        return prepared
-    prepared = _by_text.get(text) or _compiled(schema, text)
-    _by_identity.put(id(schema), (schema, prepared), len(text) + 1024)
-    return prepared
+        schema = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return Prepared(unusable=f"its kept form is not JSON: {_first_line(str(exc))}")
+    return _compiled(schema, text)
 
 
-def _compiled(schema: dict[str, Any], text: bytes) -> Prepared:
+def _compiled(schema: Any, text: bytes) -> Prepared:
     if len(text) > MAX_SCHEMA_BYTES:
         return Prepared(unusable=f"{len(text):,} bytes of JSON, over {MAX_SCHEMA_BYTES:,}")
+    if not isinstance(schema, dict):
+        return Prepared(unusable="responseSchema is not an object")
     expanded = _expanded_size(schema)
     if isinstance(expanded, str):
         prepared = Prepared(unusable=expanded)
@@ -114,7 +162,7 @@ def _compiled(schema: dict[str, Any], text: bytes) -> Prepared:
         except Exception as exc:  # the schema, not a payload, failed: decided once
             prepared = Prepared(unusable=f"{type(exc).__name__}: {_first_line(str(exc))}")
         else:
-            prepared = Prepared(validator=validator, expanded=expanded)
+            prepared = Prepared(validator=validator, expanded=expanded, text=text)
     _by_text.put(text, prepared, len(text) * _COMPILED_BYTES_PER_SCHEMA_BYTE + 1024)
     return prepared
 
@@ -215,8 +263,9 @@ def _location(error: tuple[tuple[Any, ...], str]) -> list[tuple[int, Any]]:
 
 
 def check(schema: object, payload: object) -> SchemaCheck:
-    """Check `payload` (None when absent) against `schema`; never raises."""
-    prepared = prepare(schema)
+    """Check `payload` (None when absent) against `schema` (a decoded schema, or the
+    canonical bytes `record` kept); never raises."""
+    prepared = prepared_text(schema) if isinstance(schema, bytes) else prepare(schema)
     if prepared.validator is None:
         return SchemaCheck(ok=True, usable=False, detail=prepared.unusable)
     return check_prepared(prepared, payload)

@@ -11,115 +11,203 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
+import orjson
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel, ValidationError
+from pydantic_core import SchemaValidator
 
 from gateway.core.findings import pointer, preview
 
 Path = tuple[str | int, ...]
-MAX_UNION_STRIPS = 64
+
+
+class Entry(NamedTuple):
+    """One resume entry of a valid input (a tuple: thousands are built cheaply)."""
+
+    interrupt_id: str
+    status: str  # resolved | cancelled
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What the judge reads of a valid input (every other field is passed through)."""
+
+    run_id: str
+    resume: tuple[Entry, ...] | None
 
 
 @dataclass(slots=True)
 class Shape:
-    """What reading an input found."""
+    """What reading an input found. Every path points into the input as received."""
 
-    model: RunAgentInput | None = None
+    model: Request | None = None  # set when the input is valid (after stripping)
     malformed: list[tuple[str, str]] = field(default_factory=list)  # (pointer, message)
-    unknown: list[Path] = field(default_factory=list)  # unknown members, in `doc`
-    stripped_unions: list[tuple[Path, str]] = field(default_factory=list)  # in the raw input
-    doc: dict[str, Any] | None = None  # the input with unrecognised union members removed
-    removed: list[Path] = field(default_factory=list)  # union members removed, raw coordinates
+    unknown: list[Path] = field(default_factory=list)  # unknown members
+    stripped_unions: list[tuple[Path, str]] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)  # the union members removed
     raw: Any = None  # the input as received
-    # per list (raw coordinates): the raw positions of its elements still in `doc`
-    _survivors: dict[Path, list[int]] = field(default_factory=dict)
 
-    # per list (raw coordinates): the raw positions removed from it
-    _gone: dict[Path, set[int]] = field(default_factory=dict)
-
-    def remove(self, paths: list[Path]) -> None:
-        self.removed.extend(paths)
-        for path in paths:
-            if path and isinstance(path[-1], int):
-                self._gone.setdefault(path[:-1], set()).add(path[-1])
-        self._survivors.clear()
-
-    def original(self, path: Path) -> Path:
-        """Where a path into `doc` points in the raw input (list positions shift back).
-
-        Linear overall: each list that lost elements has its survivors listed once.
-        """
-        out: list[str | int] = []
-        for part in path:
-            if isinstance(part, int) and self._gone:
-                prefix = tuple(out)
-                gone = self._gone.get(prefix)
-                if gone:
-                    survivors = self._survivors.get(prefix)
-                    if survivors is None:
-                        survivors = self._survivors[prefix] = self._surviving(prefix, gone)
-                    if 0 <= part < len(survivors):
-                        part = survivors[part]
-            out.append(part)
-        return tuple(out)
-
-    def _surviving(self, prefix: Path, gone: set[int]) -> list[int]:
-        try:
-            items = _at(self.raw, prefix)
-        except (KeyError, IndexError, TypeError):
-            return []
-        if not isinstance(items, list):
-            return []
-        return [i for i in range(len(items)) if i not in gone]
+    @property
+    def doc(self) -> dict[str, Any] | None:
+        """The valid input with its unrecognised union members removed (None: not valid)."""
+        if self.model is None:
+            return None
+        return remove_paths(self.raw, self.removed)
 
 
 def read_input(raw: dict[str, Any]) -> Shape:
     """Validate `raw` against the protocol's RunAgentInput, strictly, by wire names.
 
-    Elements whose union tag is unrecognised (a message `role`, a content part
-    `type` the protocol does not define) are removed and the rest validated
-    again; what then still fails is malformed.
+    One validation, with the protocol's own schema read as plain typed dicts that
+    forbid extra members (`_validator`): no model object is built, and a valid
+    input costs nothing more. Its errors are then sorted: an extra member is
+    unknown (stripped), an element whose union tag is a string the protocol does
+    not define is unrecognised (stripped), anything else is malformed.
     """
     shape = Shape(raw=raw)
-    bad_tags = _non_text_tags(raw)
-    if bad_tags:
-        shape.malformed = bad_tags
-        return shape
-    doc = raw
-    known = _unknown_tags(raw)
-    if known:  # found by one pass over the messages, not by a failed validation
-        shape.stripped_unions.extend(known.items())
-        shape.remove(list(known))
-        doc = remove_paths(raw, list(known))
-    for _ in range(MAX_UNION_STRIPS):
-        try:
-            model = RunAgentInput.model_validate(doc, strict=True, by_alias=True, by_name=False)
-        except ValidationError as exc:
-            errors = exc.errors(include_url=False, include_input=False)
-            tags: dict[Path, str] = {}
-            for error in errors:
-                if error["type"] == "union_tag_invalid" and _tag_is_text(doc, error):
-                    path = _raw_path(doc, error["loc"])
-                    if path:
-                        tags.setdefault(path, error["msg"])
-            if tags:
-                originals = [(shape.original(path), message) for path, message in tags.items()]
-                shape.stripped_unions.extend(originals)
-                shape.remove([path for path, _ in originals])
-                doc = remove_paths(doc, list(tags))
-                continue
-            shape.malformed = _merged(
-                (pointer(*shape.original(_error_path(doc, e))), e["msg"]) for e in errors
-            )
+    if not _shallow(raw):
+        bad_tags = _non_text_tags(raw)
+        if bad_tags:
+            shape.malformed = bad_tags
             return shape
-        shape.model = model
-        shape.doc = doc
-        unknown_members(model, doc, (), shape.unknown)
+    try:
+        _validator().validate_python(raw, strict=True)
+    except ValidationError as exc:
+        count = exc.error_count()
+        if count > MANY_ERRORS:  # a flood: are they all extra members? One pass says so
+            extras: list[Path] = []
+            _extras(raw, _schema(), (), extras)
+            if len(extras) == count:
+                return _valid(shape, raw, extras)
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    else:
+        errors = []
+    malformed: list[tuple[str, str]] = []
+    said: dict[tuple[str, int], str] = {}  # one message per tag and union: tags repeat
+    routes: dict[tuple[Any, ...], tuple[int, ...]] = {}
+    for error in errors:
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            shape.unknown.append(_member_path(error["loc"], routes))
+            continue
+        path, node, relevant = _locate(raw, error["loc"])
+        if not relevant:
+            continue  # an alternative of a union that the value's own type rules out
+        if kind == "union_tag_invalid" and _text_tag(raw, path, node) is not None:
+            tag = _text_tag(raw, path, node)
+            assert tag is not None
+            message = said.get((tag, id(node)))
+            if message is None:
+                message = said[tag, id(node)] = _tag_message(
+                    tag, node["discriminator"], tuple(node["choices"])
+                )
+            shape.stripped_unions.append((path, message))
+        else:
+            if kind == "missing" and error["loc"]:
+                path = (*path, error["loc"][-1])
+            malformed.append((pointer(*path), error["msg"]))
+    if malformed:
+        shape.malformed = _merged(malformed)
+        shape.unknown = []
+        shape.stripped_unions = []
         return shape
-    shape.malformed = [("", f"more than {MAX_UNION_STRIPS} unrecognised union members")]
+    shape.removed = [path for path, _ in shape.stripped_unions]
+    removed = set(shape.removed)
+    if removed:  # members of a removed element go with it
+        shape.unknown = [
+            p for p in shape.unknown if not any(p[:n] in removed for n in range(len(p)))
+        ]
+    return _valid(shape, raw, shape.unknown)
+
+
+def _valid(shape: Shape, raw: dict[str, Any], unknown: list[Path]) -> Shape:
+    shape.unknown = unknown
+    resume = raw.get("resume")
+    shape.model = Request(
+        run_id=raw["runId"],
+        resume=None
+        if resume is None
+        else tuple(Entry(e["interruptId"], e["status"], e.get("payload")) for e in resume),
+    )
     return shape
+
+
+# Over this many validation errors, one schema-guided pass looks for extra members first:
+# building each error costs more than finding each member.
+MANY_ERRORS = 256
+
+
+def _extras(node: Any, schema: dict[str, Any], at: Path, out: list[Path]) -> None:
+    """Append the path of every extra member in `node`, read along `schema` as the
+    validator reads it (a union tag picks its variant; an unrecognised one is skipped)."""
+    schema = _inner(schema)
+    kind = schema.get("type")
+    if kind == "typed-dict":
+        if not isinstance(node, dict):
+            return
+        fields, deep = _fields_of(schema)
+        for key, value in node.items():
+            if key not in fields:
+                out.append((*at, key))
+            elif key in deep:
+                _extras(value, fields[key], (*at, key), out)
+    elif kind == "list":
+        items = schema.get("items_schema")
+        if isinstance(node, list) and items is not None:
+            for index, item in enumerate(node):
+                _extras(item, items, (*at, index), out)
+    elif kind == "tagged-union":
+        tag = node.get(schema["discriminator"]) if isinstance(node, dict) else None
+        choice = schema["choices"].get(tag) if isinstance(tag, str) else None
+        if choice is not None:
+            _extras(node, choice, at, out)
+    elif kind == "union":
+        for choice, _ in schema["choices"]:
+            inner = _inner(choice)
+            if inner.get("type") == "list" and isinstance(node, list):
+                _extras(node, inner, at, out)
+            elif inner.get("type") in ("typed-dict", "tagged-union") and isinstance(node, dict):
+                _extras(node, inner, at, out)
+
+
+_FIELDS: dict[int, tuple[dict[str, Any], frozenset[str]]] = {}
+
+
+def _fields_of(schema: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+    """A typed dict's field schemas by wire name, and the names of those that can hold
+    typed dicts (the only ones a search for extra members walks into)."""
+    known = _FIELDS.get(id(schema))
+    if known is None:
+        fields = {name: spec["schema"] for name, spec in schema["fields"].items()}
+        deep = frozenset(name for name, sub in fields.items() if _holds_typed_dict(sub))
+        known = _FIELDS[id(schema)] = (fields, deep)
+    return known
+
+
+def _holds_typed_dict(schema: Any) -> bool:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "typed-dict":
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
+
+
+def _shallow(raw: object) -> bool:
+    """Whether `raw` nests at most 254 levels (and holds no integer beyond 64 bits):
+    then no union tag in it is too deep for the validator to render in a message."""
+    try:
+        orjson.dumps(raw)
+    except orjson.JSONEncodeError:
+        return False
+    return True
 
 
 _TAG_OF_PART = "type"
@@ -155,38 +243,179 @@ def _non_text_tags(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+# --- the protocol's schema, read as typed dicts ---------------------------------------------
+_ANY: dict[str, Any] = {"type": "any"}
+_ALTERNATIVE = "alternative "
+
+
 @cache
-def _union_tags() -> dict[tuple[str, ...], tuple[str, ...]]:
-    """The tags of RunAgentInput's tagged unions, by where they are met.
+def _schema() -> dict[str, Any]:
+    """RunAgentInput's own core schema with every model read as a typed dict keyed by
+    wire name, extra members forbidden (each one an error naming it), and each
+    alternative of a plain union labelled by its position."""
+    return _as_typed_dicts(RunAgentInput.__pydantic_core_schema__)
 
-    () the message roles; (role,) the content part types of that role's
-    messages; (role, part type) the source types of such a part. Read from the
-    protocol's own validator, so a protocol release brings its tags along.
+
+@cache
+def _validator() -> SchemaValidator:
+    return SchemaValidator(_schema())  # type: ignore[arg-type]
+
+
+_DROPPED = frozenset({"serialization", "metadata", "ref"})  # output and documentation only
+_VALUES = frozenset({"default", "expected"})  # values, not schemas
+
+
+def _as_typed_dicts(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_as_typed_dicts(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if kind == "model":
+        inner = node["schema"]
+        if inner.get("type") != "model-fields":
+            raise NotImplementedError(f"a model whose schema is {inner.get('type')!r}")
+        fields: dict[str, Any] = {}
+        for name, spec in inner["fields"].items():
+            wire = spec.get("validation_alias", name)
+            if not isinstance(wire, str):
+                raise NotImplementedError(f"field {name!r} has alias choices")
+            schema = _as_typed_dicts(spec["schema"])
+            fields[wire] = {
+                "type": "typed-dict-field",
+                "schema": schema,
+                "required": schema.get("type") != "default",
+            }
+        return {"type": "typed-dict", "fields": fields, "extra_behavior": "forbid"}
+    if kind == "union":
+        return {
+            "type": "union",
+            "choices": [
+                (_as_typed_dicts(c[0] if isinstance(c, tuple | list) else c), f"{_ALTERNATIVE}{n}")
+                for n, c in enumerate(node["choices"])
+            ],
+        }
+    if kind is not None and str(kind).startswith(("function", "definition", "model")):
+        raise NotImplementedError(f"a {kind!r} schema")
+    return {
+        key: value if key in _VALUES else _as_typed_dicts(value)
+        for key, value in node.items()
+        if key not in _DROPPED
+    }
+
+
+def _inner(schema: dict[str, Any]) -> dict[str, Any]:
+    while schema.get("type") in ("nullable", "default"):
+        schema = schema["schema"]
+    return schema
+
+
+def _locate(raw: Any, loc: tuple[Any, ...]) -> tuple[Path, Any, bool]:
+    """Where a validation error's location points in `raw`, read along the schema.
+
+    Returns the path, the schema node there (a tagged union, for a tag error), and
+    whether the error is relevant: an alternative of `str | list` that the value's
+    own type rules out reports errors that say nothing about the input.
     """
-    found: dict[tuple[str, ...], tuple[str, ...]] = {}
-    stack: list[tuple[Any, tuple[str, ...]]] = [(RunAgentInput.__pydantic_core_schema__, ())]
-    while stack:
-        node, names = stack.pop()
-        if isinstance(node, dict):
-            if node.get("type") == "tagged-union" and isinstance(node.get("choices"), dict):
-                if len(names) == 1:
-                    found[()] = tuple(node["choices"])
-                elif names[-1:] == ("content",) and len(names) >= 3:
-                    found[(names[-2],)] = tuple(node["choices"])
-                elif names[-1:] == ("source",) and len(names) >= 5:
-                    found[(names[-4], names[-2])] = tuple(node["choices"])
-            for key, value in node.items():
-                if isinstance(value, dict | list):
-                    named = key not in _SCHEMA_WORDS and isinstance(key, str)
-                    stack.append((value, (*names, key) if named else names))
-        elif isinstance(node, list):
-            stack.extend((value, names) for value in node if isinstance(value, dict | list))
-    return found
+    schema = _schema()
+    node = raw
+    path: list[str | int] = []
+    relevant = True
+    for at, part in enumerate(loc):
+        schema = _inner(schema)
+        kind = schema.get("type")
+        if kind == "tagged-union":
+            schema = schema["choices"].get(part, _ANY)  # the tag names the variant
+            continue
+        if kind == "union" and isinstance(part, str) and part.startswith(_ALTERNATIVE):
+            choice = schema["choices"][int(part[len(_ALTERNATIVE) :])][0]
+            relevant = relevant and _may_be(_inner(choice), node)
+            schema = choice
+            continue
+        if kind == "typed-dict":
+            spec = schema["fields"].get(part)
+            schema = spec["schema"] if spec is not None else _ANY
+        elif kind == "list":
+            schema = schema.get("items_schema", _ANY)
+        else:  # an open value (dict, any, ...): the rest of the location is raw
+            for rest in loc[at:]:
+                node = _step(node, rest, path)
+            return tuple(path), _ANY, relevant
+        node = _step(node, part, path)
+    return tuple(path), _inner(schema), relevant
 
 
-_SCHEMA_WORDS = frozenset(
-    {"schema", "choices", "fields", "items_schema", "definitions", "metadata", "type"}
-)
+def _member_path(loc: tuple[Any, ...], routes: dict[tuple[Any, ...], tuple[int, ...]]) -> Path:
+    """The path of an extra member from its error location, `_locate`'s result for it.
+
+    Which parts of a location are union tags or labels (not in the input) depends on
+    the schema alone, so it is found once per route (the location with its list
+    positions blanked) and reused. An extra member is always in the input, and its
+    error comes from a typed dict the value's own type reached (never from a ruled
+    out alternative).
+    """
+    *within, member = loc  # the member's own name is always in the input
+    route = tuple(None if type(part) is int else part for part in within)
+    keep = routes.get(route)
+    if keep is None:
+        keep = routes[route] = _kept_parts(tuple(within))
+    return (*(loc[at] for at in keep), member)
+
+
+def _kept_parts(loc: tuple[Any, ...]) -> tuple[int, ...]:
+    schema = _schema()
+    keep: list[int] = []
+    for at, part in enumerate(loc):
+        schema = _inner(schema)
+        kind = schema.get("type")
+        if kind == "tagged-union":
+            schema = schema["choices"].get(part, _ANY)
+            continue
+        if kind == "union" and isinstance(part, str) and part.startswith(_ALTERNATIVE):
+            schema = schema["choices"][int(part[len(_ALTERNATIVE) :])][0]
+            continue
+        if kind == "typed-dict":
+            spec = schema["fields"].get(part)
+            schema = spec["schema"] if spec is not None else _ANY
+        elif kind == "list":
+            schema = schema.get("items_schema", _ANY)
+        else:
+            schema = _ANY
+        keep.append(at)
+    return tuple(keep)
+
+
+def _step(node: Any, part: Any, path: list[str | int]) -> Any:
+    if isinstance(node, dict) and isinstance(part, str) and part in node:
+        path.append(part)
+        return node[part]
+    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        path.append(part)
+        return node[part]
+    return None
+
+
+def _may_be(choice: dict[str, Any], value: Any) -> bool:
+    """Whether `value`'s JSON type could be the alternative `choice` at all."""
+    kind = choice.get("type")
+    if kind == "str":
+        return isinstance(value, str) or not isinstance(value, list)
+    if kind == "list":
+        return isinstance(value, list) or not isinstance(value, str)
+    return True
+
+
+def _text_tag(raw: Any, path: Path, union: dict[str, Any]) -> str | None:
+    """The string tag of the element at `path` that `union` does not define, if a string.
+
+    A `role` of 5 or null can name no variant, now or in a later version: that
+    element is malformed, not unrecognised.
+    """
+    if union.get("type") != "tagged-union":
+        return None
+    element = _at(raw, path)
+    tag = element.get(union["discriminator"]) if isinstance(element, dict) else None
+    return tag if isinstance(tag, str) else None
 
 
 def _tag_message(tag: str, name: str, choices: tuple[str, ...]) -> str:
@@ -197,63 +426,9 @@ def _tag_message(tag: str, name: str, choices: tuple[str, ...]) -> str:
     )
 
 
-def _unknown_tags(raw: dict[str, Any]) -> dict[Path, str]:
-    """Elements whose union tag is a string the protocol does not define, in one pass.
-
-    The same elements a failed validation would name (`union_tag_invalid`), found
-    without validating twice and without one error object per element.
-    """
-    unions = _union_tags()
-    roles = unions.get(())
-    found: dict[Path, str] = {}
-    messages = raw.get("messages")
-    if not roles or not isinstance(messages, list):
-        return found
-    for m, message in enumerate(messages):
-        if not isinstance(message, dict):
-            continue
-        role = message.get("role")
-        if not isinstance(role, str):
-            continue
-        if role not in roles:
-            found[("messages", m)] = _tag_message(role, "role", roles)
-            continue
-        parts = unions.get((role,))
-        content = message.get("content")
-        if not parts or not isinstance(content, list):
-            continue
-        for c, part in enumerate(content):
-            kind = part.get(_TAG_OF_PART) if isinstance(part, dict) else None
-            if not isinstance(kind, str):
-                continue
-            if kind not in parts:
-                found[("messages", m, "content", c)] = _tag_message(kind, _TAG_OF_PART, parts)
-                continue
-            sources = unions.get((role, kind))
-            source = part.get("source")
-            if sources and isinstance(source, dict):
-                tag = source.get(_TAG_OF_PART)
-                if isinstance(tag, str) and tag not in sources:
-                    found[("messages", m, "content", c, "source")] = _tag_message(
-                        tag, _TAG_OF_PART, sources
-                    )
-    return found
-
-
 def _not_text(element: Path, tag: str) -> tuple[str, str]:
     where = pointer(*element)
     return where, f"{where}: its union tag `{tag}` must be a string, not an array or object"
-
-
-def _tag_is_text(doc: Any, error: Any) -> bool:
-    """Whether an unmatched union tag is a string: an unknown member, not a malformed one.
-
-    A `role` of 5 or null can name no variant, now or in a later version: that
-    field is malformed, not unrecognised.
-    """
-    element = _at(doc, _raw_path(doc, error["loc"]))
-    name = str((error.get("ctx") or {}).get("discriminator", "")).strip("'")
-    return isinstance(element, dict) and isinstance(element.get(name), str)
 
 
 def _at(doc: Any, path: Path) -> Any:
@@ -351,6 +526,7 @@ def remove_paths(doc: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
 
 
 def _prune(node: Any, tree: dict[Any, Any]) -> Any:
+    """A copy of `node` without what `tree` marks; linear in the lists it rebuilds."""
     if isinstance(node, dict):
         out = dict(node)
         for key, sub in tree.items():
@@ -362,14 +538,12 @@ def _prune(node: Any, tree: dict[Any, Any]) -> Any:
                 out[key] = _prune(out[key], sub)
         return out
     if isinstance(node, list):
-        out_list = list(node)
-        for key in sorted((k for k in tree if isinstance(k, int)), reverse=True):
-            if not 0 <= key < len(out_list):
-                continue
-            sub = tree[key]
-            if sub is None:
-                del out_list[key]
-            else:
-                out_list[key] = _prune(out_list[key], sub)
-        return out_list
+        return [
+            item if (sub := tree.get(index, _KEEP)) is _KEEP else _prune(item, sub)
+            for index, item in enumerate(node)
+            if tree.get(index, _KEEP) is not None
+        ]
     return node
+
+
+_KEEP: Any = object()

@@ -26,17 +26,25 @@ class RunStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class InterruptRecord:
-    """One interrupt delivered by an interrupting RUN_FINISHED, every field kept."""
+    """One interrupt delivered by an interrupting RUN_FINISHED.
+
+    Its `responseSchema` is judged once, when the interrupt is recorded
+    (`response_schema.record`): a usable schema is kept as its canonical JSON bytes
+    (sorted keys, compact; one object shared by every interrupt with the same schema
+    while the schema cache knows it), an unusable one only as the reason why
+    (`response_schema_unusable`), never as a tree of objects.
+    """
 
     id: str
     reason: str
     message: str | None = None
     tool_call_id: str | None = None
-    response_schema: dict[str, Any] | None = None
+    response_schema: bytes | None = None
     expires_at: str | None = None
     metadata: dict[str, Any] | None = None
     subagent_run_id: str | None = None
     expiry_announced: bool = False
+    response_schema_unusable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +138,8 @@ class ThreadState:
 
 
 def to_dict(state: ThreadState) -> dict[str, Any]:
-    """The plain (JSON- and Avro-friendly) form of a state."""
+    """The plain (JSON- and Avro-friendly) form of a state (a kept `responseSchema` is
+    its canonical JSON as text)."""
     return {
         "thread_id": state.thread_id,
         "status": str(state.status),
@@ -167,11 +176,12 @@ def _interrupt_dict(i: InterruptRecord) -> dict[str, Any]:
         "reason": i.reason,
         "message": i.message,
         "tool_call_id": i.tool_call_id,
-        "response_schema": i.response_schema,
+        "response_schema": None if i.response_schema is None else i.response_schema.decode(),
         "expires_at": i.expires_at,
         "metadata": i.metadata,
         "subagent_run_id": i.subagent_run_id,
         "expiry_announced": i.expiry_announced,
+        "response_schema_unusable": i.response_schema_unusable,
     }
 
 
@@ -181,12 +191,17 @@ def _interrupt_record(i: dict[str, Any]) -> InterruptRecord:
         reason=i["reason"],
         message=i.get("message"),
         tool_call_id=i.get("tool_call_id"),
-        response_schema=i.get("response_schema"),
+        response_schema=_kept_schema(i.get("response_schema")),
         expires_at=i.get("expires_at"),
         metadata=i.get("metadata"),
         subagent_run_id=i.get("subagent_run_id"),
         expiry_announced=bool(i.get("expiry_announced", False)),
+        response_schema_unusable=i.get("response_schema_unusable"),
     )
+
+
+def _kept_schema(value: str | bytes | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
 
 
 def from_dict(data: dict[str, Any]) -> ThreadState:

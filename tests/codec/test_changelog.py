@@ -32,13 +32,14 @@ def full_state() -> ThreadState:
                 "tool_call",
                 "ok?",
                 "call-1",
-                {"type": "object", "properties": {"x": {"type": "integer"}}},
+                b'{"properties":{"x":{"type":"integer"}},"type":"object"}',
                 "2030-01-01T00:00:00Z",
                 {"k": [1, None, {"n": 2.5}]},
                 "sub-1",
                 True,
             ),
             InterruptRecord("b", "input_required"),
+            InterruptRecord("c", "x", response_schema_unusable="$ref '#/nowhere' points nowhere"),
         ),
         closed_at_ms=1_700_000_000_000,
         failed_late=True,
@@ -100,8 +101,9 @@ def v1_value(state: ThreadState) -> bytes:
     record = changelog.to_dict(state)
     del record["interrupts_run_id"], record["interrupts_closed_at_ms"], record["held_interrupts"]
     for item in record["interrupts"]:
-        item["response_schema_json"] = changelog._json_or_none(item.pop("response_schema"))
+        item["response_schema_json"] = item.pop("response_schema")
         item["metadata_json"] = changelog._json_or_none(item.pop("metadata"))
+        del item["response_schema_unusable"]
     out = io.BytesIO()
     out.write(b"\x01")
     schemaless_writer(out, changelog.schema(1), record)
@@ -113,6 +115,7 @@ def test_a_version_1_state_with_open_interrupts_restores_them_as_its_latest_runs
     v1 = replace(
         full_state(), interrupts_run_id=None, interrupts_closed_at_ms=None, held_interrupts=()
     )
+    v1 = replace(v1, interrupts=v1.interrupts[:2])  # v1 had no response_schema_unusable
     restored = changelog.decode(v1_value(v1))
     assert restored == replace(
         v1, interrupts_run_id="r1", interrupts_closed_at_ms=1_700_000_000_000
@@ -138,7 +141,7 @@ def test_every_version_restores_a_state_without_open_interrupts():
 def test_hints_carry_status_and_open_count_and_tolerate_absence():
     state = full_state()
     headers = changelog.hints(state)
-    assert changelog.read_hints(headers) == ("interrupted", 2)
+    assert changelog.read_hints(headers) == ("interrupted", 3)
     assert changelog.read_hints([]) is None
     assert changelog.read_hints([("agui-status", b"active"), ("agui-open", b"x")]) is None
 
@@ -257,3 +260,80 @@ def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
     print(f"worst-case changelog value: {len(value):,} bytes")
     assert len(value) <= MAX_RECORD_BYTES, len(value)
     assert changelog.decode(value) == state
+
+
+# --- v3: a responseSchema is judged when recorded and kept as canonical bytes -------------
+
+
+def v2_value(schemas: list[object]) -> bytes:
+    """A state with one open interrupt per schema, as a gateway writing version 2 wrote
+    it: each schema as received (any key order, usable or not)."""
+    record = changelog.to_dict(
+        ThreadState(
+            "t",
+            RunStatus.INTERRUPTED,
+            "r1",
+            "interrupt",
+            interrupts_run_id="r1",
+            interrupts_closed_at_ms=5,
+        )
+    )
+    record["interrupts"] = [
+        {"id": f"i{n}", "reason": "r", "response_schema_json": orjson.dumps(schema).decode()}
+        for n, schema in enumerate(schemas)
+    ]
+    out = io.BytesIO()
+    out.write(b"\x02")
+    schemaless_writer(out, changelog.schema(2), record)
+    return out.getvalue()
+
+
+def test_a_version_2_schema_is_judged_on_restore_as_when_recorded():
+    usable = {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}
+    too_large = {"enum": ["x" * 100_000]}
+    restored = changelog.decode(v2_value([usable, too_large, {"$ref": "https://x/y"}]))
+    kept, large, remote = restored.interrupts
+    assert kept.response_schema == orjson.dumps(usable, option=orjson.OPT_SORT_KEYS)
+    assert kept.response_schema_unusable is None
+    assert large.response_schema is None and "over 65,536" in (large.response_schema_unusable or "")
+    assert remote.response_schema is None and "not a local" in (
+        remote.response_schema_unusable or ""
+    )
+    # written again as version 3, read back unchanged; a v3 value is read, not re-judged
+    again = changelog.encode(restored)
+    assert again[0] == changelog.CURRENT_VERSION == 3
+    assert changelog.decode(again) == restored
+
+
+def test_restored_threads_with_one_schema_share_its_bytes():
+    from gateway.core import response_schema
+
+    schema = {"type": "object", "properties": {"shared": {"type": "string"}}}
+    kept, _, _ = response_schema.record(schema)  # the cache knows it, as after a first use
+    value = v2_value([schema])
+    one, two = changelog.decode(value), changelog.decode(changelog.encode(changelog.decode(value)))
+    assert one.interrupts[0].response_schema is kept
+    assert two.interrupts[0].response_schema is kept
+
+
+def test_a_state_keeps_no_schema_tree_only_bytes_within_the_schema_limit():
+    from gateway.core import apply_event
+    from gateway.core.response_schema import MAX_SCHEMA_BYTES
+
+    state = apply_event(None, "t", {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}, 1)
+    interrupts = [
+        {"id": "a", "reason": "r", "responseSchema": {"type": "object", "title": "t" * 1000}},
+        {"id": "b", "reason": "r", "responseSchema": {"enum": ["x" * 200_000]}},
+    ]
+    finished = {
+        "type": "RUN_FINISHED",
+        "threadId": "t",
+        "runId": "r",
+        "outcome": {"type": "interrupt", "interrupts": interrupts},
+    }
+    new = apply_event(state.state, "t", finished, 2).state
+    assert new is not None
+    a, b = new.interrupts
+    assert isinstance(a.response_schema, bytes) and len(a.response_schema) <= MAX_SCHEMA_BYTES
+    assert b.response_schema is None and b.response_schema_unusable  # the verdict, not 200 KB
+    assert len(changelog.encode(new)) < 2_000

@@ -444,3 +444,76 @@ def test_the_forwarded_input_keeps_every_number_token(tmp_path, capfd, stripped)
     # readable by the gateway's own reader, and by orjson once no integer is beyond a double
     assert jsonio.loads(out.encode())["verdict"] == "forward"
     assert orjson.loads(out.replace("1" + "0" * 309, "1").replace("-1" + "0" * 400, "1"))
+
+
+# --- the service's record limit: a forward over it is rejected input_too_large ----------
+
+
+def test_a_forward_over_the_record_limit_is_rejected_input_too_large(tmp_path, capfd):
+    from gateway.codec.records import MAX_RECORD_BYTES
+
+    events = [json.dumps(e) for e in interrupted_run(APPROVAL)]
+    entry = {"interruptId": "int-1", "status": "cancelled"}
+    raw = resume_input(entry, forwardedProps={"big": "x" * MAX_RECORD_BYTES})
+    status, out, err = run_main(tmp_path, events, json.dumps(raw), capfd)
+    holds_the_contract(status, out, err)
+    assert status == 1
+    document = json.loads(out)
+    assert [r["code"] for r in document["reasons"]] == ["input_too_large"]
+    assert "input" not in document
+
+
+def test_an_input_over_the_limit_whose_forward_fits_is_forwarded(tmp_path, capfd):
+    """The limit is on what would be written, as in the service: stripping counts."""
+    from gateway.codec.records import MAX_RECORD_BYTES
+
+    events = [json.dumps(e) for e in interrupted_run(APPROVAL)]
+    entry = {"interruptId": "int-1", "status": "cancelled"}
+    raw = resume_input(entry, notAField="x" * MAX_RECORD_BYTES)
+    status, out, err = run_main(tmp_path, events, json.dumps(raw), capfd)
+    holds_the_contract(status, out, err)
+    assert status == 0
+    document = json.loads(out)
+    assert [w["code"] for w in document["warnings"]] == ["unknown_member_stripped"]
+    assert "notAField" not in document["input"]
+
+
+def test_a_failure_while_reading_is_exit_2_with_one_line(tmp_path, capfd, monkeypatch):
+    """Not only judging: reading the files holds the contract too (e.g. out of memory)."""
+    from gateway import check as check_module
+
+    def exhausted(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError
+
+    monkeypatch.setattr(check_module.jsonio, "loads", exhausted)
+    status, out, err = run_main(tmp_path, [STARTED], PLAIN_INPUT, capfd)
+    assert status == 2 and out == ""
+    assert err == "agui-gateway check: the gateway failed while judging: MemoryError (a defect)\n"
+
+
+# --- every hostile record of the corpus holds the contract ---------------------------------
+
+
+def _hostile_requests() -> list[str]:
+    from tests.core.hostile import REQUESTS
+
+    return list(REQUESTS)
+
+
+@pytest.mark.parametrize("name", _hostile_requests())
+def test_every_hostile_request_holds_the_contract(tmp_path, capfd, name):
+    from tests.core.hostile import REQUESTS
+    from tests.core.hostile import THREAD as HOSTILE_THREAD
+
+    schema, build = REQUESTS[name]
+    started = {"type": "RUN_STARTED", "threadId": HOSTILE_THREAD, "runId": "r1"}
+    interrupt = {"id": "a", "reason": "approval", "responseSchema": schema}
+    finished = {
+        "type": "RUN_FINISHED",
+        "threadId": HOSTILE_THREAD,
+        "runId": "r1",
+        "outcome": {"type": "interrupt", "interrupts": [interrupt]},
+    }
+    events = [json.dumps(started), json.dumps(finished)]
+    status, out, err = run_main(tmp_path, events, build().decode(), capfd)
+    holds_the_contract(status, out, err)

@@ -7,6 +7,7 @@ import copy
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 
 from gateway.core import Change, EventKind, Rule, RunStatus, ThreadState, Warn, apply_event
@@ -132,7 +133,9 @@ def test_an_interrupting_run_keeps_every_field_of_every_interrupt():
         "Delete 3 files?",
         "call-1",
     )
-    assert one.response_schema == schema
+    assert orjson.loads(one.response_schema) == schema  # its canonical bytes
+    assert one.response_schema == orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    assert one.response_schema_unusable is None
     assert one.expires_at == "2030-01-01T00:00:00Z"
     assert one.metadata == {"ui": {"color": "red"}, "ag-ui": {"x": None}}
     assert one.subagent_run_id is None

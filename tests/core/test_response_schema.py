@@ -200,7 +200,6 @@ def test_the_verdict_on_a_schema_is_cached_and_the_cache_is_bounded_by_bytes():
     for n in range(400):
         prepare({"enum": [str(n) * 1000, "z" * 40_000]})
     assert response_schema._by_text.used <= response_schema.CACHE_BYTES
-    assert response_schema._by_identity.used <= response_schema.CACHE_BYTES
 
 
 def test_errors_are_capped_and_never_embed_the_payload():
@@ -224,3 +223,68 @@ def test_a_payload_over_the_checking_budget_is_not_checked():
     assert (result.ok, result.could_not_check) == (False, True)
     assert "budget" in result.detail
     assert check(schema, list(range(10))).ok
+
+
+def test_the_verdict_is_decided_when_the_interrupt_is_recorded_not_on_first_use():
+    from gateway.core import apply_event, judge, response_schema
+
+    response_schema._by_text.clear()
+    schema = {"type": "object", "properties": {"recorded": {"type": "integer"}}}
+    unusable = {"$ref": "#/missing"}
+    started = {"type": "RUN_STARTED", "threadId": "t", "runId": "r1"}
+    state = apply_event(None, "t", started, 1).state
+    interrupts = [
+        {"id": "a", "reason": "r", "responseSchema": schema},
+        {"id": "b", "reason": "r", "responseSchema": unusable},
+    ]
+    finished = {
+        "type": "RUN_FINISHED",
+        "threadId": "t",
+        "runId": "r1",
+        "outcome": {"type": "interrupt", "interrupts": interrupts},
+    }
+    state = apply_event(state, "t", finished, 2).state
+    assert state is not None
+    a, b = state.interrupts
+    assert a.response_schema is not None
+    assert response_schema.known(a.response_schema) is a.response_schema  # compiled already
+    assert b.response_schema is None and "points nowhere" in (b.response_schema_unusable or "")
+    resume = [
+        {"interruptId": "a", "status": "resolved", "payload": {"recorded": "no"}},
+        {"interruptId": "b", "status": "resolved", "payload": 1},
+    ]
+    raw = {"threadId": "t", "runId": "r2", "messages": [], "resume": resume}
+    decision, _ = judge(state, raw, 3, thread_id="t")
+    assert [r.code for r in decision.reasons] == ["payload_schema_mismatch"]
+    assert [w.code for w in decision.warnings] == ["response_schema_unusable"]
+    response_schema._by_text.clear()  # a restart: compiled again from the kept bytes
+    assert judge(state, raw, 3, thread_id="t")[0] == decision
+
+
+def test_one_run_judges_at_most_its_schema_budget_anew():
+    from gateway.core import apply_event, response_schema
+
+    response_schema._by_text.clear()
+
+    def schema(n: int) -> dict:
+        props = {f"p{n}_{k}": {"type": "string", "maxLength": k} for k in range(450)}
+        return {"type": "object", "properties": props}  # ~18 KB of JSON each
+
+    started = {"type": "RUN_STARTED", "threadId": "t", "runId": "r1"}
+    state = apply_event(None, "t", started, 1).state
+    interrupts = [{"id": f"i{n}", "reason": "r", "responseSchema": schema(n)} for n in range(32)]
+    interrupts.append({"id": "again", "reason": "r", "responseSchema": schema(0)})  # cached
+    finished = {
+        "type": "RUN_FINISHED",
+        "threadId": "t",
+        "runId": "r1",
+        "outcome": {"type": "interrupt", "interrupts": interrupts[:31] + interrupts[32:]},
+    }
+    state = apply_event(state, "t", finished, 2).state
+    assert state is not None
+    kept = [i for i in state.interrupts if i.response_schema is not None]
+    judged = sum(len(i.response_schema or b"") for i in kept if i.id != "again")
+    assert judged <= response_schema.MAX_SCHEMA_BYTES_PER_RUN
+    assert len(kept) >= 7 and state.interrupts[-1].response_schema is not None
+    over = [i for i in state.interrupts if i.response_schema is None]
+    assert over and all("schemas total over" in (i.response_schema_unusable or "") for i in over)

@@ -187,9 +187,8 @@ def test_stripping_thousands_of_members_maps_every_path_back_to_the_raw_input():
     shape = read_input(raw)
     assert shape.model is not None
     assert [p for p, _ in shape.stripped_unions] == [("messages", 2 * i) for i in range(3000)]
-    originals = [shape.original(p) for p in shape.unknown]
-    assert originals == [("messages", 2 * i + 1, "extra") for i in range(3000)]
-    assert all(raw["messages"][p[1]]["extra"] == p[1] // 2 for p in originals)
+    assert shape.unknown == [("messages", 2 * i + 1, "extra") for i in range(3000)]
+    assert all(raw["messages"][p[1]]["extra"] == p[1] // 2 for p in shape.unknown)
 
 
 def test_stripped_content_parts_map_back_within_each_message():
@@ -204,30 +203,76 @@ def test_stripped_content_parts_map_back_within_each_message():
     assert [p for p, _ in shape.stripped_unions] == [
         ("messages", i, "content", 0) for i in range(2000)
     ]
-    originals = [shape.original(p) for p in shape.unknown]
-    assert originals == [("messages", i, "content", 1, "z") for i in range(2000)]
+    assert shape.unknown == [("messages", i, "content", 1, "z") for i in range(2000)]
 
 
-def test_the_one_pass_finds_exactly_the_tags_validation_would_name():
-    from ag_ui.core import RunAgentInput
-    from pydantic import ValidationError
-
-    from gateway.core.shape import _raw_path, _unknown_tags
-
-    raw = run_input()
-    raw["messages"] = [
+AGREEMENT_CASES = [
+    [
         {"id": "1", "role": "robot", "content": "x"},
         {"id": "2", "role": "user", "content": [{"type": "holo"}, {"type": "text", "text": "t"}]},
         {"id": "3", "role": "user", "content": [{"type": "image", "source": {"type": "ftp"}}]},
         {"id": "4", "role": "tool", "toolCallId": "c", "content": [{"type": "smell"}]},
         {"id": "5", "role": "assistant", "content": [{"type": "holo"}]},
+    ],
+    [{"id": "1", "role": "user", "content": [{"type": "text", "text": "t", "z": 1}], "y": 2}],
+    # an extra member named like the tag: located by the schema, not by the name
+    [{"id": "1", "role": "user", "content": "x", "user": {"z": 1}, "z": 2}],
+    [{"id": "1", "role": "user", "content": 7}],
+    [{"id": "1", "role": "user"}],
+    [{"id": "1", "role": "assistant", "toolCalls": [{"id": "c", "type": "function"}]}],
+    [{"role": "developer", "content": "x", "id": 5, "extra": []}],
+]
+
+
+@pytest.mark.parametrize("messages", AGREEMENT_CASES)
+def test_the_typed_dict_reading_agrees_with_the_protocols_models(messages):
+    """One validation without models finds what the protocol's models find: the same
+    verdict, the same unknown members, the same unrecognised union members."""
+    from ag_ui.core import RunAgentInput
+    from pydantic import ValidationError
+
+    from gateway.core.shape import _raw_path, unknown_members
+
+    raw = run_input([entry("int-1", sig="s")], newTopLevel=1)
+    raw["messages"] = messages
+    shape = read_input(raw)
+    try:
+        model = RunAgentInput.model_validate(raw, strict=True, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        tags = [_raw_path(raw, e["loc"]) for e in errors if e["type"] == "union_tag_invalid"]
+        if len(tags) == len(errors):  # only unrecognised members: valid once they are gone
+            assert shape.model is not None
+            assert [p for p, _ in shape.stripped_unions] == tags
+        else:
+            assert shape.model is None and shape.malformed
+        return
+    assert shape.model is not None and shape.malformed == [] and shape.stripped_unions == []
+    found: list = []
+    unknown_members(model, raw, (), found)
+    assert sorted(shape.unknown, key=str) == sorted(found, key=str)
+
+
+def test_a_flood_of_extra_members_is_found_by_one_pass_exactly_as_by_the_errors(monkeypatch):
+    from gateway.core import shape as shape_module
+
+    raw = run_input([entry("int-1", sig="s")], **{f"top{i}": i for i in range(200)})
+    raw["messages"] = [
+        {"id": f"m{i}", "role": "user", "content": [{"type": "text", "text": "t", "z": i}], "y": 1}
+        for i in range(200)
     ]
-    with pytest.raises(ValidationError) as caught:
-        RunAgentInput.model_validate(raw, strict=True, by_alias=True, by_name=False)
-    named = {
-        _raw_path(raw, e["loc"]): e["msg"]
-        for e in caught.value.errors(include_url=False, include_input=False)
-        if e["type"] == "union_tag_invalid"
-    }
-    assert _unknown_tags(raw) == named
-    assert len(named) == 4
+    raw["tools"] = [{"name": "t", "description": "d", "icon": "x"}]
+    passes: list[int] = []
+    walk = shape_module._extras
+    monkeypatch.setattr(
+        shape_module,
+        "_extras",
+        lambda *a: passes.append(1) or walk(*a),  # type: ignore[func-returns-value]
+    )
+    by_pass = read_input(raw)
+    assert passes and len(by_pass.unknown) > shape_module.MANY_ERRORS
+    monkeypatch.setattr(shape_module, "MANY_ERRORS", 10**9)
+    by_errors = read_input(raw)
+    assert by_pass.model is not None and by_errors.model is not None
+    assert sorted(by_pass.unknown, key=str) == sorted(by_errors.unknown, key=str)
+    assert by_pass.stripped_unions == by_errors.stripped_unions
