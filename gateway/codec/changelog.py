@@ -24,7 +24,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from gateway.codec import jsonio
 from gateway.core import response_schema
-from gateway.core.state import ThreadState, from_dict, to_dict
+from gateway.core.thread import ThreadState, from_dict, to_dict
 
 SCHEMA_PACKAGE = "gateway.schemas"
 CURRENT_VERSION = 3

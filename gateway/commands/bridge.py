@@ -10,10 +10,10 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.service import Bridge
+from gateway.commands.lifecycle import run_until_stopped, serving
 from gateway.http import HttpServer
 from gateway.kafka import clients
 from gateway.observe import logs
-from gateway.commands.lifecycle import run_until_stopped, serving
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.bridge.main")  # the name operators filter on, kept

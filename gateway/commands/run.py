@@ -17,6 +17,7 @@ from gateway.observe import logs
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 
+
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     stop = stop or asyncio.Event()
     registry = CollectorRegistry()

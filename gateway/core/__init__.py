@@ -13,7 +13,7 @@ from gateway.core.decision import Answer, Decision, Policy
 from gateway.core.findings import Finding
 from gateway.core.judge import judge
 from gateway.core.lifecycle import Change, EventOutcome, apply_event
-from gateway.core.state import InterruptRecord, RunStatus, ThreadState
+from gateway.core.thread import InterruptRecord, RunStatus, ThreadState
 
 __all__ = [
     "Answer",

@@ -19,7 +19,8 @@ from gateway.core.decision import Answer, Decision, Policy
 from gateway.core.findings import Finding, clip, pointer, preview
 from gateway.core.jsontext import to_json
 from gateway.core.shape import Entry, Path, read_input, remove_paths
-from gateway.core.state import (
+from gateway.core.sweep import answered_ids
+from gateway.core.thread import (
     FORWARDS_KEPT,
     ForwardRecord,
     InterruptRecord,
@@ -27,7 +28,6 @@ from gateway.core.state import (
     ThreadState,
     bounded_id,
 )
-from gateway.core.sweep import answered_ids
 
 _DEFAULT_POLICY = Policy()
 # Stripped members are each a warning up to this many; the rest are counted in one more.

@@ -30,7 +30,7 @@ from gateway.core.codes import Rule, Warn
 from gateway.core.findings import Finding, pointer, preview
 from gateway.core.jsontext import to_json
 from gateway.core.shape import Path, error_pointer, unknown_members
-from gateway.core.state import (
+from gateway.core.thread import (
     MAX_ID_BYTES,
     MAX_IDS_PER_SUSPENSION,
     MAX_INTERRUPT_CONTENT_BYTES,

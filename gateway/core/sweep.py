@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.core import expiry
-from gateway.core.state import InterruptRecord, ThreadState
+from gateway.core.thread import InterruptRecord, ThreadState
 
 
 def answered_ids(state: ThreadState) -> set[str]:

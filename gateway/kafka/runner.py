@@ -29,7 +29,7 @@ from aiokafka.structs import ConsumerRecord
 
 from gateway.codec import changelog
 from gateway.codec.records import HEADER_REPLY_TO
-from gateway.core.state import RunStatus
+from gateway.core.thread import RunStatus
 from gateway.kafka import clients
 from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.pair import PairContext, PartitionPair

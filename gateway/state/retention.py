@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.core.expiry import expires_at_ms
-from gateway.core.state import RunStatus, ThreadState
+from gateway.core.thread import RunStatus, ThreadState
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterator
 
 from gateway.codec import changelog
-from gateway.core.state import ThreadState
+from gateway.core.thread import ThreadState
 
 log = logging.getLogger("gateway.store")
 _DELETED = None

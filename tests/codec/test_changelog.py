@@ -7,7 +7,8 @@ import pytest
 from fastavro import schemaless_writer
 
 from gateway.codec import changelog
-from gateway.core.state import (
+from gateway.core.sweep import answered_ids
+from gateway.core.thread import (
     FORWARDS_KEPT,
     ForwardRecord,
     InterruptRecord,
@@ -15,7 +16,6 @@ from gateway.core.state import (
     SuspendedSubagent,
     ThreadState,
 )
-from gateway.core.sweep import answered_ids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,7 +173,7 @@ def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
     once, with a record key (thread id) of the 8 KiB the service accepts.
     """
     from gateway.core import apply_event, judge
-    from gateway.core.state import (
+    from gateway.core.thread import (
         MAX_ID_BYTES,
         MAX_IDS_PER_SUSPENSION,
         MAX_INTERRUPT_CONTENT_BYTES,

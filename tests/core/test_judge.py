@@ -17,7 +17,7 @@ from gateway.core import (
     apply_event,
     judge,
 )
-from gateway.core.state import FORWARDS_KEPT
+from gateway.core.thread import FORWARDS_KEPT
 from tests.core.factories import (
     NOW_MS,
     RUN_1,

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.core import Change, EventKind, Rule, RunStatus, ThreadState, Warn, apply_event
 from gateway.core import lifecycle as lifecycle_module
-from gateway.core.state import (
+from gateway.core.thread import (
     MAX_ID_BYTES,
     MAX_IDS_PER_SUSPENSION,
     MAX_INTERRUPT_CONTENT_BYTES,
@@ -398,7 +398,7 @@ SCENARIOS: dict[str, tuple[list[object], RunStatus, int]] = {
         RunStatus.ACTIVE,
         2,
     ),
-    # bounds on what a thread accumulates (gateway.core.state)
+    # bounds on what a thread accumulates (gateway.core.thread)
     Rule.ID_TOO_LONG: (
         [run_started(), run_finished(interrupts=[interrupt("i" * (MAX_ID_BYTES + 1))])],
         RunStatus.FAILED,

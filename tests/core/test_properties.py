@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core import Finding, Policy, Reason, ThreadState, Verdict, Warn, apply_event, judge
-from gateway.core.state import from_dict, to_dict
+from gateway.core.thread import from_dict, to_dict
 from tests.core.factories import NOW_MS, RUN_1, THREAD, interrupt, iso_at, run_started, state_of
 
 FAST = settings(

@@ -1,4 +1,4 @@
-from gateway.core.state import InterruptRecord, RunStatus, ThreadState
+from gateway.core.thread import InterruptRecord, RunStatus, ThreadState
 from gateway.state.store import ThreadStore
 
 
