@@ -293,7 +293,7 @@ def test_the_module_entry_point_is_the_same_command(files):
 
 
 # --- the contract for every input: one JSON object on stdout, or exit 2 and one line ---------
-# In process (gateway.check.main), so that stderr is the check's own, nothing else's.
+# In process (gateway.commands.check.main), so that stderr is the check's own, nothing else's.
 
 
 def deep_text(depth: int, leaf: str = '"x"') -> str:
@@ -480,7 +480,7 @@ def test_an_input_over_the_limit_whose_forward_fits_is_forwarded(tmp_path, capfd
 
 def test_a_failure_while_reading_is_exit_2_with_one_line(tmp_path, capfd, monkeypatch):
     """Not only judging: reading the files holds the contract too (e.g. out of memory)."""
-    from gateway import check as check_module
+    from gateway.commands import check as check_module
 
     def exhausted(*args: Any, **kwargs: Any) -> Any:
         raise MemoryError
