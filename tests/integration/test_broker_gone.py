@@ -201,7 +201,7 @@ async def test_sigterm_without_a_broker_exits_in_bounded_time_and_nothing_is_los
     await produce(ns.bootstrap, ns.events(AGENT), [e for t in threads for e in thread_events(t)])
     await wait_metric(
         first,
-        f'agui_gateway_runs_closed_total{{agent="{AGENT}",outcome="interrupt"}}',
+        'agui_gateway_runs_closed_total{outcome="interrupt"}',  # over all agents (the default)
         len(threads),
     )
     # the broker dies while requests flow and the gateway decides them
