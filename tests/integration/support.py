@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import signal
@@ -99,6 +100,25 @@ class Namespace:
         return out.decode()
 
 
+_STARTED: list[asyncio.subprocess.Process] = []
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """A test that failed before stopping its processes must not leave them running after
+    the session (they would keep writing to its broker, and a CI host is shared)."""
+    for proc in _STARTED:
+        if proc.returncode is None:
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGKILL)
+
+
+def started(proc: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
+    """Track a subprocess a test starts, so that the session kills it if the test does not."""
+    _STARTED.append(proc)
+    return proc
+
+
 class GatewayProcess:
     """One `agui-gateway run` subprocess with its own HTTP port and log file.
 
@@ -128,13 +148,15 @@ class GatewayProcess:
     async def start(self, ready_timeout: float = 60, wait: bool = True) -> GatewayProcess:
         env = self.ns.env(http_port=self.port, **self.settings)
         log = self.log_path.open("ab")
-        self.proc = await asyncio.create_subprocess_exec(
-            str(self.binary),
-            "run",
-            env=env,
-            stdout=log,
-            stderr=log,
-            cwd=str(self.cwd),
+        self.proc = started(
+            await asyncio.create_subprocess_exec(
+                str(self.binary),
+                "run",
+                env=env,
+                stdout=log,
+                stderr=log,
+                cwd=str(self.cwd),
+            )
         )
         log.close()
         if wait:
