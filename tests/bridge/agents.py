@@ -8,7 +8,8 @@
   requests and the node's runs past its interrupt.
 - `scripted_agent()`: an agent whose answer is chosen by the input's
   `forwardedProps.mode`, for the bridge's faults: 503, a hang, an early close, a
-  slow run, an oversize or unreadable event, a stream left open after its run closed.
+  slow run, a run held until the test releases it, an oversize or unreadable event,
+  a stream left open after its run closed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Counters:
     tool_calls: int = 0
     modes: list[str] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)  # ends the "held" runs
 
 
 LANGGRAPH_SCHEMA = {
@@ -119,8 +121,8 @@ def scripted_agent() -> tuple[Starlette, Counters]:
                 while True:
                     await asyncio.sleep(0.5)
                     yield b": keep-alive\n\n"
-            elif mode == "slow8":
-                await asyncio.sleep(8)
+            elif mode == "held":  # runs until the test sets `counters.release`
+                await counters.release.wait()
                 yield _sse(finished)
             elif mode in ("hang", "slow"):
                 await asyncio.sleep(3600)

@@ -38,6 +38,31 @@ class BridgeProcess(GatewayProcess):
         await self.wait_ready(ready_timeout)
         return self
 
+    async def readiness(self) -> tuple[int, dict[str, Any]]:
+        """`/readyz`: its status and its JSON (`assigned`, `restoring`, ...)."""
+        status, body = await asyncio.to_thread(self.http, "/readyz")
+        return status, orjson.loads(body)
+
+
+async def wait_balanced(
+    bridges: list[BridgeProcess], partitions: int, timeout: float = 60
+) -> list[set[int]]:
+    """Wait until the bridges share the group's `partitions` run-requests partitions,
+    each owning its even share, all of them opened (ready). Returns each one's share."""
+    deadline = time.monotonic() + timeout
+    last: list[tuple[int, dict[str, Any]]] = []
+    while True:
+        last = [await bridge.readiness() for bridge in bridges]
+        shares = [{int(tp.rsplit("=", 1)[1].rstrip(")")) for tp in r["assigned"]} for _, r in last]
+        if (
+            all(status == 200 and not r["restoring"] for status, r in last)
+            and set().union(*shares) == set(range(partitions))
+            and all(len(share) == partitions // len(bridges) for share in shares)
+        ):
+            return shares
+        assert time.monotonic() < deadline, f"the group did not settle: {last}"
+        await asyncio.sleep(0.2)
+
 
 class TopicReader:
     """Reads a topic (read_committed, from the beginning) into `records` as it fills."""

@@ -9,7 +9,13 @@ import uuid
 import pytest
 
 from tests.bridge.agents import Served, scripted_agent
-from tests.bridge.support import BridgeProcess, TopicReader, bridge_settings, closed_runs
+from tests.bridge.support import (
+    BridgeProcess,
+    TopicReader,
+    bridge_settings,
+    closed_runs,
+    wait_balanced,
+)
 from tests.integration.support import Namespace, header, produce
 
 pytestmark = pytest.mark.integration
@@ -87,6 +93,8 @@ async def test_a_rebalance_mid_run_never_runs_a_request_twice(ns: Namespace, tmp
     await ns.create_agent(agent_name, partitions=4)
     app, counters = scripted_agent()
     threads = [f"t-{i}" for i in range(8)]
+    held = [request(t, "held") for t in threads]  # each runs until counters.release
+    after = [request(t, "ok") for t in threads]
     async with Served(app) as agent:
         settings = bridge_settings(ns, {agent_name: {"url": agent.url}}, revoke_timeout_s=1)
         staying, leaving = await asyncio.gather(
@@ -95,33 +103,54 @@ async def test_a_rebalance_mid_run_never_runs_a_request_twice(ns: Namespace, tmp
         )
         async with TopicReader(ns.bootstrap, ns.events(agent_name)) as events:
             try:
+                # both bridges own their share before any request exists: a late joiner
+                # would otherwise take (and rightly close) runs of the first one
+                kept, moved = await wait_balanced([staying, leaving], partitions=4)
                 await produce(
                     ns.bootstrap,
                     ns.run_requests(agent_name),
-                    [(t, request(t, "slow8")) for t in threads]
-                    + [(t, request(t, "ok")) for t in threads],
+                    [(r["threadId"], r) for r in held + after],
                 )
+                async with TopicReader(ns.bootstrap, ns.run_requests(agent_name)) as requests:
+                    await requests.wait(lambda records: len(records) == len(held + after))
+                partition = {r.key.decode(): r.partition for r in requests.records}
+                stays = [t for t in threads if partition[t] in kept]
+                moves = [t for t in threads if partition[t] in moved]
+                assert stays and moves, partition
+
+                # every thread's first run is in flight, held by the agent: one bridge
+                # leaves, its partitions move to the other
                 await events.wait(lambda _: all(events.thread(t) for t in threads))
-                # every thread's first run is in flight: one bridge leaves, its partitions move
+                assert sorted(counters.run_ids) == sorted(r["runId"] for r in held)
                 assert await leaving.stop() == 0
+                # the runs it was relaying are closed by the bridge that took them over,
+                # while the other bridge's runs are still held by the agent
+                await events.wait(
+                    lambda _: all(closed_runs(events.thread(t)) >= 1 for t in moves),
+                    timeout=90,
+                )
+                for t in moves:
+                    assert events.thread(t)[1]["code"] == "bridge_restarted", events.thread(t)
+                for t in stays:
+                    assert closed_runs(events.thread(t)) == 0, events.thread(t)
+
+                counters.release.set()
                 await events.wait(
                     lambda _: all(closed_runs(events.thread(t)) >= 2 for t in threads),
                     timeout=90,
                 )
-                await events.poll(1.5)
+                await events.poll(1.5)  # a run started twice would close a third time
             finally:
+                counters.release.set()
                 await leaving.stop()
                 await staying.stop()
-    # no request reached the agent twice
-    assert len(counters.run_ids) == len(set(counters.run_ids))
-    firsts = []
+    # every request reached the agent exactly once: none twice, none lost
+    assert sorted(counters.run_ids) == sorted(r["runId"] for r in held + after)
     for t in threads:
         closes = [e for e in events.thread(t) if e["type"] in ("RUN_FINISHED", "RUN_ERROR")]
         assert len(closes) == 2, events.thread(t)
-        assert closes[1]["type"] == "RUN_FINISHED"
-        firsts.append(
-            closes[0]["type"] if closes[0]["type"] == "RUN_FINISHED" else closes[0]["code"]
-        )
-    # the leaving bridge's runs were closed by the one that took them over; the staying
-    # bridge's runs went on through the rebalance and finished
-    assert set(firsts) == {"RUN_FINISHED", "bridge_restarted"}, firsts
+        assert closes[1]["type"] == "RUN_FINISHED", events.thread(t)
+        if t in moves:  # closed by the bridge that took its partition over
+            assert closes[0].get("code") == "bridge_restarted", events.thread(t)
+        else:  # relayed through the rebalance by the bridge that kept its partition
+            assert closes[0]["type"] == "RUN_FINISHED", events.thread(t)
