@@ -11,7 +11,13 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tests.integration.support import GATEWAY_BIN, REPO_ROOT, GatewayProcess, Namespace
+from tests.integration.support import (
+    GATEWAY_BIN,
+    REPO_ROOT,
+    GatewayProcess,
+    Namespace,
+    started,
+)
 
 
 def bridge_settings(
@@ -31,8 +37,10 @@ class BridgeProcess(GatewayProcess):
     async def start(self, ready_timeout: float = 60) -> BridgeProcess:
         env = self.ns.env(bridge_http_port=self.port, **self.settings)
         log = self.log_path.open("ab")
-        self.proc = await asyncio.create_subprocess_exec(
-            str(GATEWAY_BIN), "bridge", env=env, stdout=log, stderr=log, cwd=str(REPO_ROOT)
+        self.proc = started(
+            await asyncio.create_subprocess_exec(
+                str(GATEWAY_BIN), "bridge", env=env, stdout=log, stderr=log, cwd=str(REPO_ROOT)
+            )
         )
         log.close()
         await self.wait_ready(ready_timeout)
