@@ -138,3 +138,24 @@ async def preflight(settings: Settings) -> None:
             continue  # unreachable or odd: the next server, then the clients, say so
         conn.close()
         return
+
+
+# --- what the gateway reads of a client's metadata (aiokafka keeps no public accessor) ---
+
+
+def partitions_for(consumer: AIOKafkaConsumer, topic: str) -> set[int] | None:
+    """The partitions the consumer's metadata knows for `topic` (None: unknown topic)."""
+    found = consumer._client.cluster.partitions_for_topic(topic)
+    return set(found) if found is not None else None
+
+
+def topic_exists(consumer: AIOKafkaConsumer, topic: str) -> bool:
+    """Whether the consumer's metadata shows `topic` as a topic of the cluster's users."""
+    cluster = consumer._client.cluster
+    # Asked for every request with a reply topic: a look-up, where topics() would
+    # first copy the name of every topic the cluster has.
+    return topic not in cluster.internal_topics and cluster.partitions_for_topic(topic) is not None
+
+
+async def refresh_metadata(consumer: AIOKafkaConsumer) -> None:
+    await consumer._client.force_metadata_update()

@@ -17,9 +17,14 @@ from aiokafka.errors import (
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
+import gateway.kafka.assignment as assignment_module
 import gateway.kafka.clients as clients
 import gateway.kafka.runner as runner
-from gateway.kafka.runner import Gateway, PairSlot
+from gateway.kafka import denials
+from gateway.kafka.restore import Restored, Restorer
+from gateway.kafka.round import Round
+from gateway.kafka.runner import Gateway
+from gateway.kafka.slot import PairSlot
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 from gateway.state.store import ThreadStore
@@ -210,8 +215,17 @@ class Producers:
         self.consumer = consumer
         self.made: list[FakeProducer] = []
         self.start_failures: dict[str, int] = {}  # transactional id -> starts that fail
+        self.queue: list = []  # producers to hand out next, already started
 
-    def __call__(self, **kwargs) -> FakeProducer:
+    def __call__(self, **kwargs):
+        if self.queue:
+            given = self.queue.pop(0)
+
+            async def started() -> None:
+                pass
+
+            given.start = started
+            return given
         producer = FakeProducer(self.consumer, kwargs["transactional_id"])
         if self.start_failures.get(producer.transactional_id, 0) > 0:
             self.start_failures[producer.transactional_id] -= 1
@@ -224,43 +238,56 @@ class Producers:
         return producer
 
 
+class FakeRestorer:
+    """Restores read an empty log; which pairs were restored is kept."""
+
+    def __init__(self) -> None:
+        self.restored: list[tuple[str, int]] = []
+
+    async def restore(self, topic: str, partition: int) -> Restored:
+        self.restored.append((topic.split(".")[1], partition))
+        return Restored(ThreadStore(), set(), 0)
+
+
 @pytest.fixture
 def gw(monkeypatch):
     """A running gateway on fake clients; agent checks pass and restores read an empty log."""
-    monkeypatch.setattr(runner, "PREPARE_RETRY_S", 0.0)
+    monkeypatch.setattr(assignment_module, "RETRY_S", 0.0)
     g = Gateway(
         Settings(revoke_timeout_s=0.05), Metrics(CollectorRegistry()), wall_clock=lambda: 1000.0
     )
     consumer = FakeConsumer()
-    g.consumer = consumer
-    g.offsets = FakeOffsets()
-    g._running = True
     producers = Producers(consumer)
     monkeypatch.setattr(clients, "AIOKafkaProducer", producers)
+    a = g.compose(consumer, SimpleNamespace(), FakeOffsets())
     g.producers = producers
-    g.restored = []
+    restorer = FakeRestorer()
+    a.restorer = restorer
+    g.restored = restorer.restored
 
     async def no_check(agent: str) -> None:
         return None
 
-    async def restore(pair) -> None:
-        g.restored.append((pair.agent, pair.partition))
-        pair.load_store(ThreadStore(), set(), 0)
-
-    g._check_agent = no_check
-    g._restore = restore
+    a.check_agent = no_check
     return g
 
 
 async def assign(g: Gateway, *partitions: TopicPartition) -> None:
     g.consumer.assigned = set(partitions)
-    await g._on_assigned(set(partitions))
+    await g.assignment.assign(set(partitions))
     await settle(g)
 
 
 async def settle(g: Gateway) -> None:
-    while g._restore_tasks:
-        await asyncio.gather(*list(g._restore_tasks))
+    await g.assignment.settled()
+
+
+def producer(g: Gateway, key=("bot", 0)):
+    return g.assignment.checkpoint.producer(key)
+
+
+def gauge(g: Gateway, name: str, **labels) -> float | None:
+    return g.metrics.registry.get_sample_value(f"agui_gateway_{name}", labels)
 
 
 def transactions(g: Gateway, result: str) -> float:
@@ -282,7 +309,7 @@ def with_pending_forward(g: Gateway, slot: PairSlot) -> None:
     slot.pair.take("requests", [rec(rq, 0, 5, ANSWER)])
     slot.pair.set_fence(2)
     slot.pair.process(2, 0.0, 0)
-    assert [r.topic for r in slot.pair.out] == ["agui.bot.run-requests"]
+    assert [r.topic for r in slot.pair.round.out] == ["agui.bot.run-requests"]
 
 
 def forwards(g: Gateway) -> int:
@@ -309,21 +336,21 @@ OWN_TOPICS = [
 @pytest.mark.parametrize("topic", OWN_TOPICS)
 def test_no_reply_goes_to_a_topic_of_the_gateway_for_any_agent(gw, topic):
     gw.consumer.topics = {*OWN_TOPICS, "replies"}
-    assert gw._topic_exists(topic)
-    assert not gw._reply_topic_allowed(topic)
+    assert gw.reply_topics.exists(topic)
+    assert not gw.reply_topics.allowed(topic)
 
 
 def test_a_reply_may_go_to_any_other_existing_topic(gw):
     gw.consumer.topics = {*OWN_TOPICS, "replies", "agui.bot.replies"}
-    assert gw._reply_topic_allowed("replies")
-    assert gw._reply_topic_allowed("agui.bot.replies")
-    assert not gw._reply_topic_allowed("absent")
+    assert gw.reply_topics.allowed("replies")
+    assert gw.reply_topics.allowed("agui.bot.replies")
+    assert not gw.reply_topics.allowed("absent")
 
 
 def test_a_reply_never_goes_to_the_brokers_internal_topics(gw):
     gw.consumer.topics = {"replies", "__consumer_offsets", "__transaction_state"}
-    assert not gw._reply_topic_allowed("__consumer_offsets")
-    assert not gw._reply_topic_allowed("__transaction_state")
+    assert not gw.reply_topics.allowed("__consumer_offsets")
+    assert not gw.reply_topics.allowed("__transaction_state")
 
 
 def test_own_topics_follow_the_configured_templates():
@@ -339,10 +366,10 @@ def test_own_topics_follow_the_configured_templates():
     g = Gateway(s, Metrics(CollectorRegistry()))
     consumer = FakeConsumer()
     consumer.topics = {"in-x", "ask-x", "x.runs", "state.x", "no", "hm", "agui.x.events"}
-    g.consumer = consumer
+    g.reply_topics.consumer = consumer
     for topic in ("in-x", "ask-x", "x.runs", "state.x", "no", "hm"):
-        assert not g._reply_topic_allowed(topic)
-    assert g._reply_topic_allowed("agui.x.events")  # the default template is not in use
+        assert not g.reply_topics.allowed(topic)
+    assert g.reply_topics.allowed("agui.x.events")  # the default template is not in use
 
 
 async def test_a_reply_naming_the_changelog_is_refused_and_warned(gw):
@@ -351,7 +378,7 @@ async def test_a_reply_naming_the_changelog_is_refused_and_warned(gw):
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"agui.bot.gateway-changelog")]))
+    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"agui.bot.gateway-changelog")]))
     sent = gw.producers.made[0].sent
     assert [t for t, _ in sent].count("agui.bot.run-requests") == 1
     assert not [t for t, v in sent if v and b'"verdict"' in v]  # no reply anywhere
@@ -366,15 +393,15 @@ async def test_a_reply_naming_the_changelog_is_refused_and_warned(gw):
 async def test_a_revoke_that_commits_in_time_keeps_the_pair_for_the_next_assignment(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    await gw._on_revoked({ev, rq})
-    assert gw.slots[("bot", 0)] is slot and not slot.ready
+    await gw.assignment.revoke({ev, rq})
+    assert gw.assignment.slots[("bot", 0)] is slot and not slot.ready
     assert not slot.pair.has_pending()
     assert gw.consumer.committed_offsets == {ev: 2, rq: 1}
     await assign(gw, ev, rq)
     # the same slot and producer, and no restore: its memory matches the commit
-    assert gw.slots[("bot", 0)] is slot and slot.ready
+    assert gw.assignment.slots[("bot", 0)] is slot and slot.ready
     assert gw.restored == [("bot", 0)]
     assert len(gw.producers.made) == 1
     assert forwards(gw) == 1
@@ -383,28 +410,28 @@ async def test_a_revoke_that_commits_in_time_keeps_the_pair_for_the_next_assignm
 async def test_a_commit_that_times_out_on_revoke_drops_the_pair_and_it_is_rebuilt(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    old = gw.slots[("bot", 0)]
+    old = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, old)
-    old_producer = old.producer
+    old_producer = producer(gw)
     old_producer.commit_gate = asyncio.Event()
-    await gw._on_revoked({ev, rq})
-    assert ("bot", 0) not in gw.slots
+    await gw.assignment.revoke({ev, rq})
+    assert ("bot", 0) not in gw.assignment.slots
     ok, details = gw.ready()
     assert not ok and details["dropped"] == ["bot/0"]
-    await asyncio.gather(*list(gw._closers))
+    await settle(gw)
     assert old_producer.stopped
     old_producer.commit_gate.set()  # the cancelled commit still completes
     await asyncio.sleep(0)
     assert gw.consumer.committed_offsets == {ev: 2, rq: 1}
     await assign(gw, ev, rq)
-    new = gw.slots[("bot", 0)]
+    new = gw.assignment.slots[("bot", 0)]
     assert new is not old and new.ready
-    assert new.producer is not old_producer
+    assert producer(gw) is not old_producer
     assert gw.restored == [("bot", 0), ("bot", 0)]
     assert not new.pair.has_pending()
     assert gw.consumer.positions[ev] == 2 and gw.consumer.positions[rq] == 1
     assert gw.ready()[0]
-    await gw._round({})
+    await gw.round({})
     assert forwards(gw) == 1
 
 
@@ -412,35 +439,36 @@ async def test_a_revoke_while_a_round_hangs_drops_every_revoked_pair(gw):
     a_ev, a_rq = tps("bot", 0)
     b_ev, b_rq = tps("bot", 1)
     await assign(gw, a_ev, a_rq, b_ev, b_rq)
-    a, b = gw.slots[("bot", 0)], gw.slots[("bot", 1)]
-    a.producer.commit_gate = asyncio.Event()
-    a.producer.commit_error = KafkaError("broker gone")
+    a, b = gw.assignment.slots[("bot", 0)], gw.assignment.slots[("bot", 1)]
+    a_producer, b_producer = producer(gw, a.key), producer(gw, b.key)
+    a_producer.commit_gate = asyncio.Event()
+    a_producer.commit_error = KafkaError("broker gone")
     gw.offsets.ends = {a_ev: 2, b_ev: 2}
     gw.consumer.positions.update({a_ev: 2, b_ev: 2})
     batch = {**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)}
-    producers = [a.producer, b.producer]
+    producers = [a_producer, b_producer]
 
     async def locked_round() -> None:
-        async with gw._lock:  # as the consumer loop runs it
-            await gw._round(batch)
+        async with gw.assignment.lock:  # as the consumer loop runs it
+            await gw.round(batch)
 
     round_ = asyncio.create_task(locked_round())
-    while b.producer.sent == []:  # b commits; a's commit hangs
+    while b_producer.sent == []:  # b commits; a's commit hangs
         await asyncio.sleep(0)
-    await gw._on_revoked({a_ev, a_rq, b_ev, b_rq})
-    assert gw.slots == {} and gw.by_tp == {}
+    await gw.assignment.revoke({a_ev, a_rq, b_ev, b_rq})
+    assert gw.assignment.slots == {} and gw.assignment.by_tp == {}
     assert gw.ready()[1]["dropped"] == ["bot/0", "bot/1"]
-    assert not a.producer.stopped  # not while the round is inside its transaction
+    assert not a_producer.stopped  # not while the round is inside its transaction
     gw.consumer.assigned = set()  # the rebalance took the partitions
-    a.producer.commit_gate.set()
+    a_producer.commit_gate.set()
     await round_  # a's failed commit neither rewinds nor pauses partitions it no longer has
     assert not a.ready and not b.ready
-    assert gw._restore_tasks == set()  # and is not prepared again
-    await asyncio.gather(*list(gw._closers))
+    assert not gw.assignment.preparing()  # and is not prepared again
+    await settle(gw)
     assert all(p.stopped for p in producers)
     await assign(gw, a_ev, a_rq, b_ev, b_rq)
-    assert gw.slots[("bot", 0)] is not a and gw.slots[("bot", 1)] is not b
-    assert all(s.ready and not s.pair.has_pending() for s in gw.slots.values())
+    assert gw.assignment.slots[("bot", 0)] is not a and gw.assignment.slots[("bot", 1)] is not b
+    assert all(s.ready and not s.pair.has_pending() for s in gw.assignment.slots.values())
     assert sorted(gw.restored) == [("bot", 0), ("bot", 0), ("bot", 1), ("bot", 1)]
     assert gw.ready()[0]
 
@@ -465,11 +493,13 @@ async def test_a_failed_transaction_replaces_the_producer_before_processing_resu
     monkeypatch.setattr(runner, "PENDING_LIMIT", 1)
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     broken = fatal_producer(KafkaError("sender died"))
-    slot.producer = broken
+    gw.assignment.checkpoint.detach(slot.key)
+    gw.producers.queue.append(broken)
+    await gw.assignment.checkpoint.open(slot.key)  # as if its producer had failed since
     gw.producers.start_failures["agui-gateway.bot.0"] = 1  # the first replacement fails
-    await gw._round({ev: [rec(ev, 0, 1, STARTED)]})
+    await gw.round({ev: [rec(ev, 0, 1, STARTED)]})
     assert transactions(gw, "aborted") == 1
     assert not slot.ready and ev in gw.consumer.paused
     assert broken._closed
@@ -477,11 +507,11 @@ async def test_a_failed_transaction_replaces_the_producer_before_processing_resu
     assert slot.ready and ev not in gw.consumer.paused
     replacements = gw.producers.made[1:]
     assert len(replacements) == 2 and replacements[0].stopped
-    assert slot.producer is replacements[1] and replacements[1].started
+    assert producer(gw) is replacements[1] and replacements[1].started
     assert gw.consumer.positions[ev] == 0  # rewound: no commit yet
-    await gw._round({ev: [rec(ev, 0, 1, STARTED)]})
+    await gw.round({ev: [rec(ev, 0, 1, STARTED)]})
     assert transactions(gw, "committed") == 1
-    assert [t for t, _ in slot.producer.sent] == ["agui.bot.gateway-changelog"]
+    assert [t for t, _ in producer(gw).sent] == ["agui.bot.gateway-changelog"]
 
 
 async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassigned(gw, monkeypatch):
@@ -489,12 +519,14 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
     ev, rq = tps()
     await assign(gw, ev, rq)
     assert gw.ready()[0]
-    gw.slots[("bot", 0)].producer = fatal_producer(ProducerFenced())
-    await gw._round({ev: [rec(ev, 0, 1, STARTED)]})
+    gw.assignment.checkpoint.detach(("bot", 0))
+    gw.producers.queue.append(fatal_producer(ProducerFenced()))
+    await gw.assignment.checkpoint.open(("bot", 0))
+    await gw.round({ev: [rec(ev, 0, 1, STARTED)]})
     assert transactions(gw, "fenced") == 1 and transactions(gw, "aborted") == 0
-    assert ("bot", 0) not in gw.slots
+    assert ("bot", 0) not in gw.assignment.slots
     assert gw.consumer.paused == {ev, rq}
-    assert gw._restore_tasks == set()  # not taken back from the instance that fenced it
+    assert not gw.assignment.preparing()  # not taken back from the instance that fenced it
     ok, details = gw.ready()
     assert not ok and details["dropped"] == ["bot/0"]
     await assign(gw, ev, rq)
@@ -514,49 +546,49 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
 async def test_a_fenced_commit_is_not_reported_ready(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    slot.producer.commit_error = ProducerFenced()
-    assert not await gw._commit(slot)
-    assert ("bot", 0) not in gw.slots
+    producer(gw).commit_error = ProducerFenced()
+    assert await gw.assignment.commit([slot]) == ([], [])
+    assert ("bot", 0) not in gw.assignment.slots
     assert not gw.ready()[0]
 
 
 async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    slot.producer.commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
-    assert not await gw._commit(slot)
+    producer(gw).commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
+    assert await gw.assignment.commit([slot]) == ([], [slot])
     assert transactions(gw, "aborted") == 1
     ok, details = gw.ready()
     assert not ok and details["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
-    denied = gw.metrics.permission_denied.labels("bot", "Write", "topic agui.bot.run-requests")
-    assert denied._value.get() == 1
-    assert gw._denied_backoff([slot]) == runner.PREPARE_RETRY_S  # not at once
-    gw._start_prepare([slot], after=0.01)
+    labels = {"agent": "bot", "operation": "Write", "resource": "topic agui.bot.run-requests"}
+    assert gauge(gw, "permission_denied", **labels) == 1
+    assert gw.assignment.denials.backoff([slot.key]) == denials.RETRY_S  # not at once
+    gw.assignment.start_prepare([slot], after=0.01)
     await settle(gw)
     assert slot.ready and gw.ready()[1]["denied"] == {
         "bot/0": "Write on topic agui.bot.run-requests"
     }
-    await gw._round(decided_round(ev, rq))  # granted now: the fresh producer commits
+    await gw.round(decided_round(ev, rq))  # granted now: the fresh producer commits
     assert transactions(gw, "committed") == 1
-    assert "agui.bot.run-requests" in [t for t, _ in slot.producer.sent]
+    assert "agui.bot.run-requests" in [t for t, _ in producer(gw).sent]
     ok, details = gw.ready()
     assert ok and details["denied"] == {}
-    assert not gw.metrics.permission_denied._metrics  # the series is gone
+    assert gauge(gw, "permission_denied", **labels) is None  # the series is gone
 
 
 async def test_a_denied_pair_that_is_given_up_no_longer_holds_readiness(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    slot.producer.commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
-    assert not await gw._commit(slot)
+    producer(gw).commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
+    assert await gw.assignment.commit([slot]) == ([], [slot])
     assert gw.ready()[1]["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
-    gw._discard(slot)  # e.g. revoked while its commit hung
+    gw.assignment.discard(slot)  # e.g. revoked while its commit hung
     assert gw.ready()[1]["denied"] == {}
     await settle(gw)
     await assign(gw)  # the pair went elsewhere
@@ -570,7 +602,7 @@ async def test_a_pair_that_cannot_be_prepared_does_not_hold_up_the_others(gw):
     tp_list = [*tps("alpha"), *tps("beta")]
     order: list[str] = []
     first: list[str] = []
-    prepare_one = gw._prepare_one
+    prepare_one = gw.assignment.prepare_one
 
     async def failing_first(slot):
         agent = slot.pair.agent
@@ -580,13 +612,13 @@ async def test_a_pair_that_cannot_be_prepared_does_not_hold_up_the_others(gw):
             raise KafkaError("cannot prepare")
         await prepare_one(slot)
 
-    gw._prepare_one = failing_first
+    gw.assignment.prepare_one = failing_first
     await assign(gw, *tp_list)
     stuck, other = first[0], ({"alpha", "beta"} - {first[0]}).pop()
     # the other pair was prepared in the first pass, before any retry of the failing one
     assert order[:2] == [stuck, other]
     assert order.count(stuck) == 4 and order.count(other) == 1
-    assert all(s.ready for s in gw.slots.values())
+    assert all(s.ready for s in gw.assignment.slots.values())
 
 
 async def test_an_agent_check_that_fails_does_not_hold_up_other_agents(gw):
@@ -597,28 +629,28 @@ async def test_an_agent_check_that_fails_does_not_hold_up_other_agents(gw):
         checks.append(agent)
         stuck = checks[0]  # whichever agent comes first fails twice
         other = ({"alpha", "beta"} - {stuck}).pop()
-        other_ready.append(gw.slots[(other, 0)].ready)
+        other_ready.append(gw.assignment.slots[(other, 0)].ready)
         if agent == stuck and checks.count(stuck) < 3:
             raise KafkaError("admin unavailable")
 
-    gw._check_agent = check
+    gw.assignment.check_agent = check
     await assign(gw, *tps("alpha"), *tps("beta"))
     assert sorted(checks.count(a) for a in ("alpha", "beta")) == [1, 3]
     assert other_ready[-1]  # the failing agent's retries happen with the other one serving
-    assert all(s.ready for s in gw.slots.values())
+    assert all(s.ready for s in gw.assignment.slots.values())
 
 
 async def test_a_producer_whose_start_fails_is_stopped(gw):
     ev, rq = tps()
     gw.consumer.assigned = {ev, rq}
-    await gw._on_assigned({ev, rq})
-    for task in list(gw._restore_tasks):
-        task.cancel()
-    slot = gw.slots[("bot", 0)]
     gw.producers.start_failures["agui-gateway.bot.0"] = 1
-    with pytest.raises(KafkaError):
-        await gw._prepare_one(slot)
-    assert slot.producer is None
+    await gw.assignment.assign({ev, rq})
+    while not gw.producers.made:  # the first attempt to prepare the pair
+        await asyncio.sleep(0)
+    gw.assignment.cancel_prepares()
+    await settle(gw)
+    slot = gw.assignment.slots[("bot", 0)]
+    assert not slot.ready and producer(gw) is None
     assert [p.stopped for p in gw.producers.made] == [True]
 
 
@@ -640,12 +672,12 @@ async def test_a_producer_whose_start_is_cancelled_is_stopped(gw, monkeypatch):
         return producer
 
     monkeypatch.setattr(clients, "AIOKafkaProducer", hanging)
-    await gw._on_assigned({ev, rq})
+    await gw.assignment.assign({ev, rq})
     await entered.wait()
-    await gw._on_revoked({ev, rq})
-    await asyncio.gather(*list(gw._restore_tasks), return_exceptions=True)
+    await gw.assignment.revoke({ev, rq})
+    await settle(gw)
     assert len(made) == 1 and made[0].stopped
-    assert gw.slots[("bot", 0)].producer is None
+    assert producer(gw) is None
 
 
 class FakeReader:
@@ -672,19 +704,15 @@ class HangingReader(FakeReader):
 async def test_the_restore_reader_is_stopped_when_its_start_fails(monkeypatch):
     FakeReader.made = []
     monkeypatch.setattr(clients, "AIOKafkaConsumer", FakeReader)
-    g = Gateway(Settings(), Metrics(CollectorRegistry()))
-    pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
     with pytest.raises(KafkaError):
-        await g._restore(pair)
+        await Restorer(Settings()).restore("agui.bot.gateway-changelog", 0)
     assert [r.stopped for r in FakeReader.made] == [True]
 
 
 async def test_the_restore_reader_is_stopped_when_its_start_is_cancelled(monkeypatch):
     FakeReader.made = []
     monkeypatch.setattr(clients, "AIOKafkaConsumer", HangingReader)
-    g = Gateway(Settings(), Metrics(CollectorRegistry()))
-    pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
-    task = asyncio.create_task(g._restore(pair))
+    task = asyncio.create_task(Restorer(Settings()).restore("agui.bot.gateway-changelog", 0))
     while not FakeReader.made:
         await asyncio.sleep(0)
     await FakeReader.made[0].entered.wait()
@@ -700,31 +728,31 @@ async def test_the_restore_reader_is_stopped_when_its_start_is_cancelled(monkeyp
 async def test_a_defect_building_a_rounds_records_aborts_that_pair_and_the_loop_goes_on(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
 
-    def broken() -> list:
+    def broken(self) -> list:
         raise TypeError("cannot build the changelog")
 
-    slot.pair.changelog_records = broken
     gw.consumer.positions[ev] = 2
     gw.offsets.ends = {ev: 2}
-    await gw._round(decided_round(ev, rq))  # does not raise
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(Round, "changelog_records", broken)
+        await gw.round(decided_round(ev, rq))  # does not raise
     assert transactions(gw, "aborted") == 1 and transactions(gw, "committed") == 0
     assert not slot.ready and ev in gw.consumer.paused  # rewound, prepared again
-    del slot.pair.changelog_records
     await settle(gw)
     assert slot.ready and gw.consumer.positions[ev] == 0  # rewound
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq))
+    await gw.round(decided_round(ev, rq))
     assert transactions(gw, "committed") == 1 and forwards(gw) == 1
 
 
 async def test_a_failed_round_propagates_its_own_error_and_every_client_is_closed(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    producer = slot.producer
+    made = producer(gw)
     commits: list[PairSlot] = []
 
     async def started() -> None:
@@ -733,40 +761,40 @@ async def test_a_failed_round_propagates_its_own_error_and_every_client_is_close
     async def failing_round(batch) -> None:
         raise RuntimeError("the first error")
 
-    async def commit(s: PairSlot) -> bool:
-        commits.append(s)
+    async def commit(slots: list[PairSlot]) -> tuple:
+        commits.extend(slots)
         raise RuntimeError("a second error")
 
-    gw._start_clients = started
-    gw._round = failing_round
-    gw._commit = commit
+    gw.start = started
+    gw.round = failing_round
+    gw.assignment.commit = commit
     with pytest.raises(RuntimeError, match="the first error") as raised:
         await gw.run(asyncio.Event())
     assert raised.value.__suppress_context__ is False and raised.value.__context__ is None
     assert commits == []  # a failed round's half-built outputs are never committed
-    assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
-    assert gw.slots == {} and not gw._running
+    assert made.stopped and gw.consumer.stopped and gw.offsets.stopped
+    assert gw.assignment.slots == {} and not gw.ready()[1]["running"]
 
 
 async def test_a_failing_final_commit_does_not_stop_the_clients_closing(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    producer = slot.producer
+    made = producer(gw)
 
     async def started() -> None:
         return None
 
-    async def commit(s: PairSlot) -> bool:
+    async def commit(slots: list[PairSlot]) -> tuple:
         raise RuntimeError("commit failed")
 
-    gw._start_clients = started
-    gw._commit = commit
+    gw.start = started
+    gw.assignment.commit = commit
     stop = asyncio.Event()
     stop.set()
     await gw.run(stop)  # a clean stop: the failed final commit is logged, not raised
-    assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
+    assert made.stopped and gw.consumer.stopped and gw.offsets.stopped
 
 
 # --- reply topics created just before the request ----------------------------------------
@@ -792,7 +820,7 @@ async def test_a_reply_topic_created_just_before_the_request_gets_its_reply(gw):
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
+    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
     sent = gw.producers.made[0].sent
     assert [t for t, _ in sent if t == "fresh-replies"] == ["fresh-replies"]
     assert not [t for t, _ in sent if t == "agui.warnings"]
@@ -809,13 +837,13 @@ async def test_a_reply_topic_that_does_not_exist_is_refreshed_once_then_warned(g
     gw.consumer.positions[ev] = 2
     batch = decided_round(ev, rq, [("agui-reply-to", b"absent")])
     batch[rq].append(rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"absent")]))
-    await gw._round(batch)
+    await gw.round(batch)
     warnings = [orjson.loads(v) for t, v in gw.producers.made[0].sent if t == "agui.warnings"]
     assert [w["code"] for w in warnings] == ["reply_topic_unknown"] * 2
     assert calls == [1]  # once for the round, not once per request
     # a known topic, or one of the gateway's own, never costs a refresh
-    await gw._round({rq: [rec(rq, 2, 7, ANSWER, [("agui-reply-to", b"replies")])]})
-    await gw._round({rq: [rec(rq, 3, 8, ANSWER, [("agui-reply-to", b"agui.warnings")])]})
+    await gw.round({rq: [rec(rq, 2, 7, ANSWER, [("agui-reply-to", b"replies")])]})
+    await gw.round({rq: [rec(rq, 3, 8, ANSWER, [("agui-reply-to", b"agui.warnings")])]})
     assert calls == [1]
 
 
@@ -827,7 +855,7 @@ async def test_every_topic_a_round_writes_is_tracked_by_its_producer_before_the_
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
+    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
     producer = gw.producers.made[0]
     written = {t for t, _ in producer.sent}  # each send asserted its topic tracked
     assert {"agui.bot.run-requests", "fresh-replies"} <= written
@@ -835,7 +863,7 @@ async def test_every_topic_a_round_writes_is_tracked_by_its_producer_before_the_
     updates = producer.client.updates
     assert updates > 0
     # topics it already tracks cost no further metadata update
-    await gw._round({rq: [rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"fresh-replies")])]})
+    await gw.round({rq: [rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"fresh-replies")])]})
     assert transactions(gw, "committed") == 2
     assert producer.client.updates == updates
 
@@ -847,16 +875,16 @@ async def test_a_record_the_producer_gives_up_on_aborts_the_transaction(gw):
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     producer = gw.producers.made[0]
     producer.delivery_error = KafkaError("batch expired")
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))
+    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))
     assert transactions(gw, "committed") == 0 and transactions(gw, "aborted") == 1
     assert producer.aborted == 1 and not producer.sent
     assert not slot.ready and ev in gw.consumer.paused  # read again from the last commit
     await settle(gw)
     assert slot.ready
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))  # a fresh producer
+    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))  # a fresh producer
     assert transactions(gw, "committed") == 1
     assert forwards(gw) == 1

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.metrics import MetricWrapperBase
 
+from gateway.observe.gauges import GaugeSnapshot
 from gateway.observe.metrics import Metrics
 from tests.observe import promql
 from tests.observe.promql import Selector, metric_names, selectors
@@ -57,6 +58,18 @@ COMPOSE = promql.REPO_ROOT / "docker-compose.yml"
 def _touched_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
+    # the gauges read at scrape time: one sample of each
+    metrics.gauges.publish(
+        GaugeSnapshot(
+            threads={"x": 1},
+            open_interrupts={"x": 1},
+            restoring=1,
+            refused=("x",),
+            denied=(("x", "x", "x"),),
+            lag={("x", "x"): 1},
+            lag_max={("x", "x"): 1},
+        )
+    )
     for metric in vars(metrics).values():
         if not isinstance(metric, MetricWrapperBase):
             continue

@@ -1,0 +1,420 @@
+"""Assignment: which pairs this instance holds, and taking them in and out.
+
+`assign` takes an assignment (every pair paused until prepared), `prepare`
+checks each agent, fences zombies (a fresh transactional producer), restores
+state when the committed offsets moved, and lets the pair's partitions flow.
+`revoke` commits what revoked pairs decided and holds them until the next
+assignment; `drop` and `discard` give a pair up. Preparing runs concurrently
+across pairs (restores bounded by the restorer), so a rebalance's cost grows
+with the pairs it moves, not with their square.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import TopicAuthorizationFailedError
+
+from gateway.kafka import clients
+from gateway.kafka.checkpoint import Checkpoint, Outcome, Work
+from gateway.kafka.denials import RETRY_MAX_S, RETRY_S, Denials
+from gateway.kafka.pair import PartitionPair
+from gateway.kafka.restore import Restorer
+from gateway.kafka.round import Round
+from gateway.kafka.slot import PairKey, PairSlot
+from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
+from gateway.observe.metrics import Metrics
+
+log = logging.getLogger("gateway.runner")
+
+PREPARE_CONCURRENCY = 32  # pairs prepared at once (producer start, offsets, restore)
+
+
+class Assignment:
+    def __init__(
+        self,
+        names: TopicNames,
+        metrics: Metrics,
+        consumer: AIOKafkaConsumer,
+        admin: AIOKafkaAdminClient,
+        checkpoint: Checkpoint,
+        restorer: Restorer,
+        make_pair: Callable[[str, int], PartitionPair],
+        revoke_timeout_s: float,
+        changed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.names = names
+        self.metrics = metrics
+        self.consumer = consumer
+        self.admin = admin
+        self.checkpoint = checkpoint
+        self.restorer = restorer
+        self.make_pair = make_pair
+        self.revoke_timeout_s = revoke_timeout_s
+        self.changed = changed  # what the gauges show changed
+        self.lock = asyncio.Lock()  # held by a round, a revoke, a shutdown
+        self.slots: dict[PairKey, PairSlot] = {}
+        self.by_tp: dict[TopicPartition, tuple[PairKey, str]] = {}
+        self.refused: dict[str, str] = {}
+        # Pairs given up (fenced, or revoked mid-round) whose partitions may still be
+        # assigned here, paused: not ready until the next assignment settles them.
+        self.dropped: set[PairKey] = set()
+        self.denials = Denials()
+        self.assigned_once = False
+        self._prepares: set[asyncio.Task[None]] = set()
+        self._closers: set[asyncio.Task[None]] = set()
+        self._preparing = asyncio.Semaphore(PREPARE_CONCURRENCY)
+
+    # --- what is held ------------------------------------------------------------------------
+
+    def holds(self, slot: PairSlot) -> bool:
+        """Whether the slot is still this instance's current one for its pair."""
+        return self.slots.get(slot.key) is slot
+
+    def slot_for(self, tp: TopicPartition) -> tuple[PairSlot, str] | None:
+        entry = self.by_tp.get(tp)
+        if entry is None:
+            return None
+        slot = self.slots.get(entry[0])
+        return (slot, entry[1]) if slot is not None else None
+
+    def preparing(self) -> bool:
+        return bool(self._prepares)
+
+    # --- rebalancing ----------------------------------------------------------------------
+
+    async def revoke(self, revoked: set[TopicPartition]) -> None:
+        """Commit what the revoked pairs decided, then hold them until the next assignment.
+
+        A pair whose commit does not finish in time, or every revoked pair when the
+        round does not finish in time, is discarded: its transaction may still
+        complete in the background, so its memory can no longer be trusted. A later
+        assignment rebuilds it from Kafka (committed offsets, changelog), and its new
+        producer's initialisation settles that transaction first.
+        """
+        try:
+            await asyncio.wait_for(self.lock.acquire(), timeout=self.revoke_timeout_s)
+        except TimeoutError:
+            log.error(
+                "round did not finish within revoke_timeout_s; dropping the revoked pairs "
+                "(their transaction is aborted when the next owner fences this instance)"
+            )
+            self.cancel_prepares()
+            for slot in self._revoked(revoked):
+                self.discard(slot)
+            self.changed()
+            return
+        try:
+            self.cancel_prepares()
+            for slot in self._revoked(revoked):
+                if slot.ready and slot.pair.has_pending():
+                    try:
+                        await asyncio.wait_for(self.commit([slot]), timeout=self.revoke_timeout_s)
+                    except TimeoutError:
+                        log.error(
+                            "commit on revoke timed out; dropping the pair",
+                            extra={"agent": slot.pair.agent, "partition": slot.pair.partition},
+                        )
+                        self.discard(slot)
+                        continue
+                slot.pair.aborted()  # drop buffers: positions restart at the committed offsets
+                slot.ready = False
+            self.changed()
+        finally:
+            self.lock.release()
+
+    def _revoked(self, revoked: set[TopicPartition]) -> list[PairSlot]:
+        return [s for s in self.slots.values() if set(s.tps()) & revoked]
+
+    async def assign(self, assigned: set[TopicPartition]) -> None:
+        """Take the assignment: every pair stays paused until prepared."""
+        self.assigned_once = True
+        self.dropped.clear()  # settled: rebuilt below if still ours, else gone
+        wanted: dict[PairKey, dict[str, TopicPartition]] = {}
+        for tp in assigned:
+            found = self.names.classify(tp.topic)
+            if found is not None:
+                agent, side = found
+                wanted.setdefault((agent, tp.partition), {})[side] = tp
+        for key in [k for k in self.slots if k not in wanted]:
+            await self.drop(self.slots[key], notify=False)
+        if assigned:
+            self.consumer.pause(*assigned)
+        pending: list[PairSlot] = []
+        for key, sides in wanted.items():
+            slot = self.slots.get(key)
+            if slot is None:
+                slot = PairSlot(self.make_pair(*key), None, None)
+                self.slots[key] = slot
+            slot.events_tp, slot.requests_tp = sides.get("events"), sides.get("requests")
+            for side, tp in sides.items():
+                self.by_tp[tp] = (key, side)
+            slot.ready = False
+            pending.append(slot)
+        if pending:
+            self.start_prepare(pending)
+        self.changed()
+
+    def cancel_prepares(self) -> None:
+        for task in list(self._prepares):
+            task.cancel()
+
+    # --- preparing ---------------------------------------------------------------------------
+
+    def start_prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
+        task = asyncio.create_task(self.prepare(slots, after))
+        self._prepares.add(task)
+        task.add_done_callback(self._prepares.discard)
+
+    async def settled(self) -> None:
+        """Wait until no preparation is under way, nor a given-up producer closing."""
+        while self._prepares or self._closers:
+            await asyncio.gather(*self._prepares, *self._closers, return_exceptions=True)
+
+    async def prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
+        """Check each agent, fence zombies, restore state, then let the pairs' partitions flow.
+
+        Failures are retried with backoff until they succeed or the pairs are revoked:
+        a pair is never processed unprepared, and its partitions stay paused meanwhile.
+        Agents are checked and pairs prepared concurrently: one that keeps failing
+        holds up no other.
+        """
+        if after:
+            await asyncio.sleep(after)
+        delay = RETRY_S
+        refused: dict[str, str] = {}
+        checked: set[str] = set()
+        todo = list(slots)
+        while True:
+            todo = [s for s in todo if self.holds(s) and s.pair.agent not in refused]
+            agents = [a for a in dict.fromkeys(s.pair.agent for s in todo) if a not in checked]
+            found = await asyncio.gather(
+                *(self.check_agent(a) for a in agents), return_exceptions=True
+            )
+            for agent, why in zip(agents, found, strict=True):
+                if isinstance(why, BaseException):
+                    if not isinstance(why, Exception):
+                        raise why
+                    log.error(
+                        "could not check agent; retrying",
+                        extra={"agent": agent, "error": repr(why), "retry_in_s": delay},
+                    )
+                    for slot in todo:
+                        if slot.pair.agent == agent:
+                            self.denials.note(slot.key, why, "DescribeConfigs", preparing=True)
+                    continue
+                checked.add(agent)
+                if why:
+                    refused[agent] = self.refused[agent] = why
+                    log.error(why, extra={"agent": agent})
+                else:
+                    self.refused.pop(agent, None)
+            todo = [s for s in todo if s.pair.agent not in refused and self.holds(s)]
+            tried = [s for s in todo if s.pair.agent in checked]
+            ok = await asyncio.gather(*(self._prepare_guarded(s, delay) for s in tried))
+            failed = [s for s, done in zip(tried, ok, strict=True) if not done]
+            failed += [s for s in todo if s.pair.agent not in checked]
+            self.changed()
+            if not failed:
+                return
+            todo = failed
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _prepare_guarded(self, slot: PairSlot, delay: float) -> bool:
+        try:
+            async with self._preparing:
+                if self.holds(slot):
+                    await self.prepare_one(slot)
+            return True
+        except Exception as exc:
+            log.error(
+                "could not prepare pair; retrying",
+                extra={
+                    "agent": slot.pair.agent,
+                    "partition": slot.pair.partition,
+                    "error": repr(exc),
+                    "retry_in_s": delay,
+                },
+            )
+            self.denials.note(slot.key, exc, "Read", preparing=True)
+            return False
+
+    async def prepare_one(self, slot: PairSlot) -> None:
+        pair = slot.pair
+        await self.checkpoint.open(slot.key)
+        tps = slot.tps()
+        committed = await self.checkpoint.committed_offsets(tps, slot.committed)
+        still_valid = bool(slot.committed) and all(
+            committed[tp] == slot.committed.get(tp) for tp in tps
+        )
+        if not still_valid:
+            started = time.monotonic()
+            restored = await self.restorer.restore(pair.topics.changelog, pair.partition)
+            pair.load_store(restored.store, restored.active, restored.open_interrupts)
+            self.metrics.state_restore_seconds.observe(time.monotonic() - started)
+        slot.committed = {tp: off for tp, off in committed.items() if off is not None}
+        assignment = self.consumer.assignment()
+        for tp in tps:
+            if tp in slot.committed and tp in assignment:
+                self.consumer.seek(tp, slot.committed[tp])
+        self.metrics.prime_agent(pair.agent)
+        self.denials.granted(slot.key, preparing=True)
+        gc.freeze()  # restored state is long-lived and acyclic: keep it out of GC passes
+        slot.ready = True
+        live = [tp for tp in tps if tp in assignment]
+        if live:
+            self.consumer.resume(*live)
+        log.info(
+            "pair ready",
+            extra={
+                "agent": pair.agent,
+                "partition": pair.partition,
+                "threads": len(pair.store),
+                "restored": not still_valid,
+            },
+        )
+
+    async def check_agent(self, agent: str) -> str | None:
+        """Why an agent must be refused, or None: co-partitioning and its changelog."""
+        topics = self.names.for_agent(agent)
+        events = clients.partitions_for(self.consumer, topics.events)
+        requests = clients.partitions_for(self.consumer, topics.requests)
+        if events and requests and len(events) != len(requests):
+            return (
+                f"{topics.events} has {len(events)} partitions but {topics.requests} has "
+                f"{len(requests)}; co-partitioned topics must have the same count. Agent refused"
+            )
+        await self._check_readable(
+            [t for t, found in ((topics.events, events), (topics.requests, requests)) if not found]
+        )
+        count = len(events or requests or ())
+        reports = await ensure_topics(self.admin, {topics.changelog: (count, changelog_configs())})
+        bad = [r for r in reports if r.action == "mismatch"]
+        if bad:
+            return f"changelog topic {bad[0].topic}: {bad[0].detail}. Agent refused"
+        return None
+
+    async def _check_readable(self, topics: list[str]) -> None:
+        """Raise if Kafka hides one of an agent's consumed topics for want of an ACL.
+
+        A pattern subscription never sees a topic it may not describe: without this
+        the agent would be served on one side only, silently.
+        """
+        if not topics:
+            return
+        for found in await self.admin.describe_topics(topics):
+            if found.get("error_code") == TopicAuthorizationFailedError.errno:
+                denied = TopicAuthorizationFailedError(found["topic"])
+                denied.operation = "Read"  # type: ignore[attr-defined]
+                raise denied
+
+    # --- committing ---------------------------------------------------------------------------
+
+    async def commit(self, slots: list[PairSlot]) -> tuple[list[Round], list[PairSlot]]:
+        """Commit each pair's pending round: the rounds committed, and the pairs that failed
+        and must be prepared again.
+
+        A failed transaction leaves the pair not ready and without a producer: the
+        failure may have put that producer in a fatal state where every later
+        transaction fails, so the pair is prepared again with a fresh one (whose
+        initialisation also fences any zombie holding the same transactional id).
+        A fenced pair is dropped: another instance owns it now.
+        """
+        slots = [s for s in slots if not s.discarded and self.checkpoint.holds(s.key)]
+        works = [Work(s.key, s.pair.seal(), s.offsets_of(s.pair.sealed)) for s in slots]
+        results = await self.checkpoint.commit(works)
+        done: list[Round] = []
+        retry: list[PairSlot] = []
+        for slot, work, result in zip(slots, works, results, strict=True):
+            pair = slot.pair
+            if result.outcome is Outcome.COMMITTED:
+                if self.denials.granted(slot.key):
+                    self.changed()
+                slot.committed.update(work.offsets)
+                pair.committed_round(work.round, time.monotonic())
+                done.append(work.round)
+                continue
+            pair.aborted()
+            if slot.discarded:
+                continue  # its producer is closed by whoever discarded it
+            self.pause(slot)  # never read past the committed offset
+            if result.outcome is Outcome.FENCED:
+                if self.holds(slot):
+                    self.dropped.add(slot.key)
+                await self.drop(slot)
+                continue
+            assert result.error is not None
+            if self.denials.note(slot.key, result.error):
+                self.changed()
+            slot.ready = False
+            await self.checkpoint.close(slot.key)
+            await self.checkpoint.rewind(slot.tps(), slot.committed)
+            if self.holds(slot):
+                retry.append(slot)
+        return done, retry
+
+    def pause(self, slot: PairSlot) -> None:
+        assignment = self.consumer.assignment()
+        live = [tp for tp in slot.tps() if tp in assignment]
+        if live:
+            self.consumer.pause(*live)
+
+    # --- giving pairs up -------------------------------------------------------------------
+
+    async def drop(self, slot: PairSlot, notify: bool = True) -> None:
+        if self.holds(slot):
+            del self.slots[slot.key]
+            self.denials.forget(slot.key)
+            for tp in slot.tps():
+                self.by_tp.pop(tp, None)
+            await self.checkpoint.close(slot.key)
+        if notify:
+            self.changed()
+
+    def discard(self, slot: PairSlot) -> None:
+        """Forget a pair entirely; it stays listed as dropped until the next assignment.
+
+        Its producer is closed once no round runs: a round may be inside its
+        transaction, and stopping a producer there leaves that await hanging forever.
+        """
+        slot.discarded = True
+        slot.ready = False
+        if not self.holds(slot):
+            return
+        del self.slots[slot.key]
+        self.denials.forget(slot.key)
+        for tp in slot.tps():
+            self.by_tp.pop(tp, None)
+        self.dropped.add(slot.key)
+        producer = self.checkpoint.detach(slot.key)
+        closer = asyncio.create_task(self._close_after_round(producer))
+        self._closers.add(closer)
+        closer.add_done_callback(self._closers.discard)
+
+    async def _close_after_round(self, producer: object) -> None:
+        async with self.lock:
+            await Checkpoint.stop(producer)  # type: ignore[arg-type]
+
+    async def close(self, commit: bool) -> None:
+        """Shutdown: commit what ready pairs decided (only after a clean stop), close
+        every producer. Nothing here raises."""
+        async with self.lock:
+            self.cancel_prepares()
+            if commit:
+                ready = [s for s in self.slots.values() if s.ready and s.pair.has_pending()]
+                try:
+                    await self.commit(ready)
+                except Exception:
+                    log.exception("final commit failed")
+            await self.checkpoint.close_all()
+            self.slots.clear()
+            self.by_tp.clear()
+        if self._closers:  # producers of pairs given up mid-round: they need the lock
+            await asyncio.gather(*list(self._closers), return_exceptions=True)
