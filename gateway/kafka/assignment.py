@@ -12,12 +12,13 @@ with the pairs it moves, not with their square.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import time
 from collections.abc import Callable
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import TopicAuthorizationFailedError
 
@@ -48,6 +49,7 @@ class Assignment:
         make_pair: Callable[[str, int], PartitionPair],
         revoke_timeout_s: float,
         changed: Callable[[], None] = lambda: None,
+        counted: Callable[[list[Round]], None] = lambda rounds: None,
     ) -> None:
         self.names = names
         self.metrics = metrics
@@ -58,6 +60,7 @@ class Assignment:
         self.make_pair = make_pair
         self.revoke_timeout_s = revoke_timeout_s
         self.changed = changed  # what the gauges show changed
+        self.counted = counted  # rounds committed (their deltas move the gauges)
         self.lock = asyncio.Lock()  # held by a round, a revoke, a shutdown
         self.slots: dict[PairKey, PairSlot] = {}
         self.by_tp: dict[TopicPartition, tuple[PairKey, str]] = {}
@@ -69,6 +72,7 @@ class Assignment:
         self.assigned_once = False
         self._prepares: set[asyncio.Task[None]] = set()
         self._closers: set[asyncio.Task[None]] = set()
+        self._inflight: dict[PairKey, asyncio.Task[None]] = {}  # commits under way
         self._preparing = asyncio.Semaphore(PREPARE_CONCURRENCY)
 
     # --- what is held ------------------------------------------------------------------------
@@ -317,48 +321,102 @@ class Assignment:
 
     # --- committing ---------------------------------------------------------------------------
 
+    def in_flight(self, slot: PairSlot) -> bool:
+        """Whether the pair's sealed round is being committed."""
+        return slot.key in self._inflight
+
+    def launch(self, slots: list[PairSlot]) -> None:
+        """Seal each pair's open round and commit it in the background.
+
+        The loop goes on judging the next round meanwhile (a second pending layer
+        over the one committing); a pair commits one round at a time, and a slow
+        commit holds back no other pair. When a commit ends with decided requests
+        waiting in the open round, their commit starts at once.
+        """
+        for slot in slots:
+            if self.in_flight(slot) or slot.discarded or not slot.ready:
+                continue
+            if slot.pair.round.empty() or not self.checkpoint.holds(slot.key):
+                continue
+            work = Work(slot.key, slot.pair.seal(), slot.offsets_of(slot.pair.sealed))
+            task = asyncio.create_task(self._commit_in_background(slot, work))
+            self._inflight[slot.key] = task
+            task.add_done_callback(functools.partial(self._landed, slot.key))
+
+    def _landed(self, key: PairKey, task: asyncio.Task[None] | None) -> None:
+        if task is not None and self._inflight.get(key) is task:
+            del self._inflight[key]
+
+    async def _commit_in_background(self, slot: PairSlot, work: Work) -> None:
+        try:
+            done, retry = await self._commit_work(slot, work)
+        except Exception:
+            log.exception("internal error committing a round", extra={"agent": slot.key[0]})
+            return
+        self._landed(slot.key, asyncio.current_task())
+        if retry:
+            self.start_prepare([slot], after=self.denials.backoff([slot.key]))
+        elif done is not None and slot.pair.round.decided_any:
+            self.launch([slot])  # decided requests wait on this commit: at once
+
+    async def drain(self, slots: list[PairSlot] | None = None) -> None:
+        """Wait for the commits under way (of `slots`, or all) to end."""
+        keys = {s.key for s in slots} if slots is not None else None
+        while True:  # a commit that ends with decided requests waiting starts the next
+            tasks = [t for k, t in self._inflight.items() if keys is None or k in keys]
+            if not tasks:
+                return
+            await asyncio.gather(*(asyncio.shield(t) for t in tasks), return_exceptions=True)
+
     async def commit(self, slots: list[PairSlot]) -> tuple[list[Round], list[PairSlot]]:
-        """Commit each pair's pending round: the rounds committed, and the pairs that failed
-        and must be prepared again.
+        """Commit each pair's pending rounds now (after any commit under way): the rounds
+        committed, and the pairs that failed and must be prepared again."""
+        await self.drain(slots)
+        todo = [s for s in slots if not s.discarded and self.checkpoint.holds(s.key)]
+        todo = [s for s in todo if not s.pair.round.empty()]
+        works = [Work(s.key, s.pair.seal(), s.offsets_of(s.pair.sealed)) for s in todo]
+        outcomes = await asyncio.gather(
+            *(self._commit_work(s, w) for s, w in zip(todo, works, strict=True))
+        )
+        done = [r for r, _ in outcomes if r is not None]
+        retry = [s for s, (_, again) in zip(todo, outcomes, strict=True) if again]
+        return done, retry
+
+    async def _commit_work(self, slot: PairSlot, work: Work) -> tuple[Round | None, bool]:
+        """Commit one sealed round: (the round, if committed; whether to prepare again).
 
         A failed transaction leaves the pair not ready and without a producer: the
         failure may have put that producer in a fatal state where every later
         transaction fails, so the pair is prepared again with a fresh one (whose
         initialisation also fences any zombie holding the same transactional id).
+        Both pending layers are forgotten and the pair rewound to the last commit.
         A fenced pair is dropped: another instance owns it now.
         """
-        slots = [s for s in slots if not s.discarded and self.checkpoint.holds(s.key)]
-        works = [Work(s.key, s.pair.seal(), s.offsets_of(s.pair.sealed)) for s in slots]
-        results = await self.checkpoint.commit(works)
-        done: list[Round] = []
-        retry: list[PairSlot] = []
-        for slot, work, result in zip(slots, works, results, strict=True):
-            pair = slot.pair
-            if result.outcome is Outcome.COMMITTED:
-                if self.denials.granted(slot.key):
-                    self.changed()
-                slot.committed.update(work.offsets)
-                pair.committed_round(work.round, time.monotonic())
-                done.append(work.round)
-                continue
-            pair.aborted()
-            if slot.discarded:
-                continue  # its producer is closed by whoever discarded it
-            self.pause(slot)  # never read past the committed offset
-            if result.outcome is Outcome.FENCED:
-                if self.holds(slot):
-                    self.dropped.add(slot.key)
-                await self.drop(slot)
-                continue
-            assert result.error is not None
-            if self.denials.note(slot.key, result.error):
+        (result,) = await self.checkpoint.commit([work])
+        pair = slot.pair
+        if result.outcome is Outcome.COMMITTED:
+            if self.denials.granted(slot.key):
                 self.changed()
-            slot.ready = False
-            await self.checkpoint.close(slot.key)
-            await self.checkpoint.rewind(slot.tps(), slot.committed)
+            slot.committed.update(work.offsets)
+            pair.committed_round(work.round, time.monotonic())
+            self.counted([work.round])
+            return work.round, False
+        pair.aborted()
+        if slot.discarded:
+            return None, False  # its producer is closed by whoever discarded it
+        slot.ready = False
+        self.pause(slot)  # never read past the committed offset
+        if result.outcome is Outcome.FENCED:
             if self.holds(slot):
-                retry.append(slot)
-        return done, retry
+                self.dropped.add(slot.key)
+            await self.drop(slot)
+            return None, False
+        assert result.error is not None
+        if self.denials.note(slot.key, result.error):
+            self.changed()
+        await self.checkpoint.close(slot.key)
+        await self.checkpoint.rewind(slot.tps(), slot.committed)
+        return None, self.holds(slot)
 
     def pause(self, slot: PairSlot) -> None:
         assignment = self.consumer.assignment()
@@ -381,8 +439,8 @@ class Assignment:
     def discard(self, slot: PairSlot) -> None:
         """Forget a pair entirely; it stays listed as dropped until the next assignment.
 
-        Its producer is closed once no round runs: a round may be inside its
-        transaction, and stopping a producer there leaves that await hanging forever.
+        Its producer is closed once its commit under way (if any) ended and no round
+        runs: stopping a producer inside a transaction leaves that await hanging forever.
         """
         slot.discarded = True
         slot.ready = False
@@ -394,19 +452,25 @@ class Assignment:
             self.by_tp.pop(tp, None)
         self.dropped.add(slot.key)
         producer = self.checkpoint.detach(slot.key)
-        closer = asyncio.create_task(self._close_after_round(producer))
+        inflight = self._inflight.get(slot.key)
+        closer = asyncio.create_task(self._close_after_round(producer, inflight))
         self._closers.add(closer)
         closer.add_done_callback(self._closers.discard)
 
-    async def _close_after_round(self, producer: object) -> None:
+    async def _close_after_round(
+        self, producer: AIOKafkaProducer | None, inflight: asyncio.Task[None] | None
+    ) -> None:
+        if inflight is not None:  # its transaction may still complete: let it
+            await asyncio.gather(asyncio.shield(inflight), return_exceptions=True)
         async with self.lock:
-            await Checkpoint.stop(producer)  # type: ignore[arg-type]
+            await Checkpoint.stop(producer)
 
     async def close(self, commit: bool) -> None:
         """Shutdown: commit what ready pairs decided (only after a clean stop), close
         every producer. Nothing here raises."""
         async with self.lock:
             self.cancel_prepares()
+            await self.drain()  # commits under way end (committed or rewound) first
             if commit:
                 ready = [s for s in self.slots.values() if s.ready and s.pair.has_pending()]
                 try:

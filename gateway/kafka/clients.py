@@ -16,7 +16,7 @@ import asyncio
 import ssl
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
@@ -159,3 +159,32 @@ def topic_exists(consumer: AIOKafkaConsumer, topic: str) -> bool:
 
 async def refresh_metadata(consumer: AIOKafkaConsumer) -> None:
     await consumer._client.force_metadata_update()
+
+
+def fetched_end(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, beside: TopicPartition
+) -> tuple[int, int] | None:
+    """(last stable offset, wall ms its fetch response was processed) of `tp`, as the
+    consumer's own fetches keep it; None when unknown or when `tp` and `beside` have
+    different leaders (their fetch responses then come on different connections)."""
+    cluster = consumer._client.cluster
+    leader = cluster.leader_for_partition(tp)
+    if leader is None or leader != cluster.leader_for_partition(beside):
+        return None
+    try:
+        lso = consumer.last_stable_offset(tp)
+        at = consumer.last_poll_timestamp(tp)
+    except Exception:  # not assigned (any more)
+        return None
+    if lso is None or at is None:
+        return None
+    return int(lso), int(at)
+
+
+def fetched_at(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """Wall ms the last fetch response for `tp` was processed (None: never)."""
+    try:
+        at = consumer.last_poll_timestamp(tp)
+    except Exception:
+        return None
+    return int(at) if at is not None else None

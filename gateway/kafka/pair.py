@@ -165,17 +165,14 @@ class PartitionPair:
                 if not events and not self._fenced(head, events_position):
                     if self.waiting_since is None:
                         self.waiting_since = mono_now
-                    if mono_now - self.waiting_since < self.ctx.merge_max_wait_s:
+                    waited = mono_now - max(self.waiting_since, head.received)
+                    if waited < self.ctx.merge_max_wait_s:
                         break  # the events side lags: wait for it, bounded
-                    log.warning(
-                        "judging a request without its events side caught up",
-                        extra={
-                            "agent": self.agent,
-                            "partition": self.partition,
-                            "waited_s": round(mono_now - self.waiting_since, 3),
-                        },
-                    )
-                    self._defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
+                    # Never judged against an events side not read up to it: rejected,
+                    # retryable. The wait goes on for the next request (it lags too).
+                    requests.popleft()
+                    self._lagging(head, wall_ms, waited)
+                    continue
                 self.waiting_since = None
                 requests.popleft()
                 self._judge(head, wall_ms)
@@ -307,6 +304,33 @@ class PartitionPair:
         if exc is not None:
             self.effects.internal_error(self.round, record, thread_id, now_ms, exc)
 
+    def _lagging(self, record: InRecord, wall_ms: int, waited: float) -> None:
+        """Reject a request whose events side lagged past `merge_max_wait_ms` (retryable)."""
+        self.round.offsets["requests"] = record.offset + 1
+        now_ms = record.timestamp if record.log_append_time else wall_ms
+        thread_id = shaping.thread_of(record)
+        log.warning(
+            "events side lagging past merge_max_wait_ms; request rejected as events_lagging",
+            extra={"agent": self.agent, "partition": self.partition, "waited_s": round(waited, 3)},
+        )
+        decision = _rejected(
+            Reason.EVENTS_LAGGING,
+            f"the gateway had not read this thread's events up to this request after waiting "
+            f"{waited:.1f} s (merge_max_wait_ms); it was not judged. Send it again",
+            thread_id,
+        )
+
+        def reject() -> None:
+            self.round.decided.append(record.received)
+            self.effects.decision(
+                self.round, record, decision, thread_id, now_ms, None, NOT_DECODED
+            )
+
+        exc = self._guarded(reject, "internal error rejecting a request", record, thread_id)
+        if exc is not None:
+            self.effects.internal_error(self.round, record, thread_id, now_ms, exc)
+        self._defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
+
     def _judge_one(self, record: InRecord, thread_id: str | None, now_ms: int) -> None:
         decision: Decision
         new: ThreadState | None = None
@@ -410,7 +434,17 @@ class PartitionPair:
         self.committed_round(self.seal(), mono_now)
 
     def changelog_records(self) -> list[OutRecord]:
-        """The open round's changelog records (see `Round.changelog_records`)."""
+        """The open round's changelog records (see `Round.changelog_records`).
+
+        States put straight into the store's pending overlay, outside any round (the
+        benchmark builds changelogs so), are taken into the open round first.
+        """
+        for thread_id, state in self.store.changes().items():
+            if state is None:
+                self.round.changes[thread_id] = None
+            else:
+                self.round.put(None, state)
+        self.store.rollback()
         return self.round.changelog_records()
 
     def committed_round(self, done: Round, mono_now: float) -> None:

@@ -91,6 +91,8 @@ class Gateway:
         self.offsets: AIOKafkaConsumer | None = None  # end offsets for the fence
         self.assignment: Assignment | None = None
         self.busy: dict[PairKey, PairSlot] = {}  # pairs with records, pending work or a sweep
+        # when the fetch that delivered each pair's latest requests was processed (wall ms)
+        self._taken_at: dict[PairKey, int] = {}
         self._running = False
         self._last_sweep = 0.0
         self._last_lag = 0.0
@@ -182,6 +184,7 @@ class Gateway:
             self.make_pair,
             self.settings.revoke_timeout_s,
             changed=self._recount,
+            counted=self.status.committed,
         )
         self._running = True
         return self.assignment
@@ -274,6 +277,12 @@ class Gateway:
                 continue
             slot.pair.take(side, messages, mono)
             self.busy[slot.key] = slot
+            if side == "requests":
+                stamp = clients.fetched_at(self.consumer, tp)
+                if stamp is None:
+                    self._taken_at.pop(slot.key, None)  # unknown: the lookup decides
+                else:
+                    self._taken_at[slot.key] = stamp
         if mono - self._last_sweep >= self.settings.sweep_interval_s:
             self._last_sweep = mono
             for slot in a.slots.values():  # once per sweep interval: every pair
@@ -292,19 +301,16 @@ class Gateway:
                     position = await self.consumer.position(slot.events_tp)
                 slot.pair.process(position, mono, wall_ms)
         self._sweep(ready, mono, wall_ms)
-        due = self._due(ready, mono)
-        if due:
-            done, retry = await a.commit(due)
-            self.status.committed(done)
-            if retry:
-                # a fresh producer before they process again; later if an ACL is missing
-                a.start_prepare(retry, after=a.denials.backoff([s.key for s in retry]))
+        # Committed in the background: the next round is judged meanwhile. A failed
+        # commit rewinds both layers and prepares the pair again with a fresh producer.
+        a.launch(self._due(ready, mono))
         for slot in ready:
             pair = slot.pair
             if not (pair.has_work() or pair.has_pending() or pair.sweeping):
                 self.busy.pop(slot.key, None)
         for key in [k for k, s in self.busy.items() if not a.holds(s)]:
             del self.busy[key]
+            self._taken_at.pop(key, None)
         if mono - self._last_lag >= LAG_INTERVAL_S:
             self._last_lag = mono
             await self._lag()
@@ -331,8 +337,10 @@ class Gateway:
         due = []
         for slot in ready:
             current = slot.pair.round
-            if slot.discarded or current.empty():
+            if slot.discarded or not slot.ready or current.empty():
                 continue
+            if self.assignment is not None and self.assignment.in_flight(slot):
+                continue  # one commit at a time per pair: this round waits its turn
             if current.started is None:
                 current.started = mono
             if (
@@ -344,11 +352,17 @@ class Gateway:
         return due
 
     async def _fences(self, ready: list[PairSlot]) -> None:
-        """Look up, once per round, the events end offsets that pending requests wait for."""
-        waiting = [s for s in ready if s.pair.needs_fence()]
-        for slot in waiting:
+        """The events end offsets that pending requests wait for: from the fetch when it
+        shows them, else looked up once per round."""
+        lookup: list[PairSlot] = []
+        for slot in (s for s in ready if s.pair.needs_fence()):
             if slot.events_tp is None:
                 slot.pair.set_fence(0)
+            elif (end := self._fetched_fence(slot)) is not None:
+                slot.pair.set_fence(end)
+            else:
+                lookup.append(slot)
+        waiting = lookup
         tps = [s.events_tp for s in waiting if s.events_tp is not None]
         if not tps:
             return
@@ -361,6 +375,27 @@ class Gateway:
         for slot in waiting:
             if slot.events_tp is not None and slot.events_tp in ends:
                 slot.pair.set_fence(ends[slot.events_tp])
+
+    def _fetched_fence(self, slot: PairSlot) -> int | None:
+        """The events partition's last stable offset from the consumer's own fetch, when
+        that fetch is known to come after the pending requests were appended; else None.
+
+        Both partitions have one leader, so their fetch responses come in order on one
+        connection, built by the broker in that order. The requests were delivered by
+        a response processed at or before `taken`; an events response processed after
+        it was built after the requests were appended, so its last stable offset is a
+        valid fence (read_committed: what the end-offsets lookup would answer, or
+        later). A paused or buffered events partition is not fetched: its figure is
+        stale, and the lookup decides.
+        """
+        assert self.consumer is not None and slot.events_tp is not None
+        taken = self._taken_at.get(slot.key)
+        if taken is None or slot.requests_tp is None:
+            return None
+        found = clients.fetched_end(self.consumer, slot.events_tp, slot.requests_tp)
+        if found is None or found[1] <= taken:
+            return None
+        return found[0]
 
     # --- gauges -------------------------------------------------------------------------------
 

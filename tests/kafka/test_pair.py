@@ -132,17 +132,56 @@ def test_request_waits_for_the_events_fence_then_is_judged_on_fresh_state():
     assert out_topics(pair) == ["agui.bot.run-requests"]
 
 
-def test_waiting_is_bounded_by_merge_max_wait():
+def test_a_request_whose_events_side_lags_past_the_wait_is_rejected_as_events_lagging():
     pair, registry = make_pair(wait_s=1.0)
     f = Feed()
-    pair.take("requests", [f.rec("requests", answer(), 30)])
+    pair.take(
+        "requests", [f.rec("requests", answer(), 30, headers=[("agui-reply-to", b"replies")])]
+    )
     pair.set_fence(events_end=5)
     pair.process(events_position=0, mono_now=10.0, wall_ms=0)
-    assert pair.round.out == []
+    assert pair.round.out == []  # waits for the events side, bounded
     pair.process(events_position=0, mono_now=11.5, wall_ms=0)
-    assert len(pair.round.out) >= 1  # judged (unknown thread: forwarded with a warning)
+    # never judged on missing state: rejected, retryable, on both the rejections and
+    # the reply topic; nothing forwarded
+    assert out_topics(pair) == ["agui.rejections", "replies"]
+    rejection = orjson.loads(pair.round.out[0].value)
+    assert rejection["verdict"] == "reject"
+    assert [r["code"] for r in rejection["reasons"]] == ["events_lagging"]
+    assert pair.round.offsets == {"requests": 1}
     commit(pair, 12.0)
     assert sample(registry, "agui_gateway_merge_wait_expired_total", agent="bot") == 1
+    assert (
+        sample(registry, "agui_gateway_rejections_total", agent="bot", reason="events_lagging") == 1
+    )
+    assert pair.state("t1") is None  # nothing remembered of a request not judged
+
+
+def test_an_overloaded_pair_never_forwards_a_request_unjudged():
+    """Events far behind (overload): every request waiting past the wait is rejected as
+    events_lagging, even one that would be forwarded (an unknown thread, lenient mode)."""
+    pair, registry = make_pair(wait_s=0.5)
+    f = Feed()
+    requests = [f.rec("requests", answer(f"r{i}"), 100 + i) for i in range(20)]
+    pair.take("requests", requests)
+    pair.set_fence(events_end=10_000)  # the events side holds 10,000 records not read yet
+    for step in range(5):
+        pair.process(events_position=step, mono_now=1.0 + step, wall_ms=0)
+    topics = out_topics(pair)
+    assert "agui.bot.run-requests" not in topics
+    assert topics == ["agui.rejections"] * 20
+    codes = {orjson.loads(r.value)["reasons"][0]["code"] for r in pair.round.out}
+    assert codes == {"events_lagging"}
+
+
+def test_a_caught_up_events_side_still_says_thread_unknown():
+    pair, _ = make_pair(strict=True, wait_s=0.5)
+    f = Feed()
+    pair.take("requests", [f.rec("requests", answer(), 30)])
+    pair.set_fence(events_end=3)
+    pair.process(events_position=3, mono_now=0.0, wall_ms=0)  # caught up: judged at once
+    rejection = orjson.loads(pair.round.out[0].value)
+    assert [r["code"] for r in rejection["reasons"]] == ["thread_unknown"]
 
 
 def test_a_request_not_covered_by_the_fence_needs_a_new_one():

@@ -68,12 +68,21 @@ class FakeConsumer:
         self.positions: dict[TopicPartition, int] = {}
         self.committed_offsets: dict[TopicPartition, int] = {}
         self.topics: set[str] = set()
+        # what the consumer's own fetches show: last stable offset and when (wall ms)
+        self.fetched: dict[TopicPartition, tuple[int, int]] = {}
         self._client = SimpleNamespace(
             cluster=SimpleNamespace(
                 internal_topics={"__consumer_offsets", "__transaction_state"},
                 partitions_for_topic=lambda t: {0} if t in self.topics else None,
+                leader_for_partition=lambda tp: 1,
             )
         )
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        return self.fetched[tp][0] if tp in self.fetched else None
+
+    def last_poll_timestamp(self, tp: TopicPartition) -> int | None:
+        return self.fetched[tp][1] if tp in self.fetched else None
 
     def _check(self, tp: TopicPartition) -> None:
         if tp not in self.assigned:
@@ -121,8 +130,10 @@ class FakeConsumer:
 class FakeOffsets:
     def __init__(self) -> None:
         self.ends: dict[TopicPartition, int] = {}
+        self.lookups = 0
 
     async def end_offsets(self, partitions):
+        self.lookups += 1
         return {tp: self.ends.get(tp, 0) for tp in partitions}
 
     async def stop(self) -> None:
@@ -278,6 +289,12 @@ async def assign(g: Gateway, *partitions: TopicPartition) -> None:
     await settle(g)
 
 
+async def run_round(g: Gateway, batch: dict) -> None:
+    """One round, and the commits it started (they run in the background)."""
+    await g.round(batch)
+    await g.assignment.drain()
+
+
 async def settle(g: Gateway) -> None:
     await g.assignment.settled()
 
@@ -378,7 +395,7 @@ async def test_a_reply_naming_the_changelog_is_refused_and_warned(gw):
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"agui.bot.gateway-changelog")]))
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"agui.bot.gateway-changelog")]))
     sent = gw.producers.made[0].sent
     assert [t for t, _ in sent].count("agui.bot.run-requests") == 1
     assert not [t for t, v in sent if v and b'"verdict"' in v]  # no reply anywhere
@@ -431,11 +448,11 @@ async def test_a_commit_that_times_out_on_revoke_drops_the_pair_and_it_is_rebuil
     assert not new.pair.has_pending()
     assert gw.consumer.positions[ev] == 2 and gw.consumer.positions[rq] == 1
     assert gw.ready()[0]
-    await gw.round({})
+    await run_round(gw, {})
     assert forwards(gw) == 1
 
 
-async def test_a_revoke_while_a_round_hangs_drops_every_revoked_pair(gw):
+async def test_a_revoke_while_one_commit_hangs_drops_that_pair_only(gw):
     a_ev, a_rq = tps("bot", 0)
     b_ev, b_rq = tps("bot", 1)
     await assign(gw, a_ev, a_rq, b_ev, b_rq)
@@ -445,31 +462,66 @@ async def test_a_revoke_while_a_round_hangs_drops_every_revoked_pair(gw):
     a_producer.commit_error = KafkaError("broker gone")
     gw.offsets.ends = {a_ev: 2, b_ev: 2}
     gw.consumer.positions.update({a_ev: 2, b_ev: 2})
+    async with gw.assignment.lock:  # as the consumer loop runs it
+        await gw.round({**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)})
+    while b_producer.sent == []:  # b commits in the background; a's commit hangs
+        await asyncio.sleep(0)
+    await gw.assignment.revoke({a_ev, a_rq, b_ev, b_rq})
+    assert list(gw.assignment.slots) == [("bot", 1)] and not b.ready  # b committed in time
+    assert gw.ready()[1]["dropped"] == ["bot/0"]
+    assert not a_producer.stopped  # not while its transaction is under way
+    gw.consumer.assigned = set()  # the rebalance took the partitions
+    a_producer.commit_gate.set()
+    await gw.assignment.drain()  # a's failed commit neither rewinds nor pauses partitions
+    assert not a.ready and not gw.assignment.preparing()  # and a is not prepared again
+    await settle(gw)
+    assert a_producer.stopped and not b_producer.stopped
+    await assign(gw, a_ev, a_rq, b_ev, b_rq)
+    assert gw.assignment.slots[("bot", 0)] is not a and gw.assignment.slots[("bot", 1)] is b
+    assert all(s.ready and not s.pair.has_pending() for s in gw.assignment.slots.values())
+    # a is rebuilt from Kafka; b's memory matches its commit: no restore
+    assert sorted(gw.restored) == [("bot", 0), ("bot", 0), ("bot", 1)]
+    assert gw.ready()[0]
+    assert forwards(gw) == 1  # b's; a's request is decided again by its next owner
+
+
+async def test_a_revoke_while_a_round_hangs_drops_every_revoked_pair(gw):
+    a_ev, a_rq = tps("bot", 0)
+    b_ev, b_rq = tps("bot", 1)
+    await assign(gw, a_ev, a_rq, b_ev, b_rq)
+    a, b = gw.assignment.slots[("bot", 0)], gw.assignment.slots[("bot", 1)]
+    gate = asyncio.Event()
+    looked_up = asyncio.Event()
+    ends = gw.offsets.end_offsets
+
+    async def hanging_lookup(partitions):
+        looked_up.set()
+        await gate.wait()
+        return await ends(partitions)
+
+    gw.offsets.end_offsets = hanging_lookup
+    gw.offsets.ends = {a_ev: 2, b_ev: 2}
+    gw.consumer.positions.update({a_ev: 2, b_ev: 2})
     batch = {**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)}
-    producers = [a_producer, b_producer]
 
     async def locked_round() -> None:
         async with gw.assignment.lock:  # as the consumer loop runs it
             await gw.round(batch)
 
     round_ = asyncio.create_task(locked_round())
-    while b_producer.sent == []:  # b commits; a's commit hangs
-        await asyncio.sleep(0)
+    await looked_up.wait()  # the round waits for the fence lookup, holding the lock
     await gw.assignment.revoke({a_ev, a_rq, b_ev, b_rq})
     assert gw.assignment.slots == {} and gw.assignment.by_tp == {}
     assert gw.ready()[1]["dropped"] == ["bot/0", "bot/1"]
-    assert not a_producer.stopped  # not while the round is inside its transaction
     gw.consumer.assigned = set()  # the rebalance took the partitions
-    a_producer.commit_gate.set()
-    await round_  # a's failed commit neither rewinds nor pauses partitions it no longer has
-    assert not a.ready and not b.ready
-    assert not gw.assignment.preparing()  # and is not prepared again
+    gate.set()
+    await round_  # the discarded pairs are neither judged nor committed
+    await gw.assignment.drain()
+    assert not a.ready and not b.ready and not gw.assignment.preparing()
     await settle(gw)
-    assert all(p.stopped for p in producers)
+    assert forwards(gw) == 0 and transactions(gw, "committed") == 0
     await assign(gw, a_ev, a_rq, b_ev, b_rq)
-    assert gw.assignment.slots[("bot", 0)] is not a and gw.assignment.slots[("bot", 1)] is not b
     assert all(s.ready and not s.pair.has_pending() for s in gw.assignment.slots.values())
-    assert sorted(gw.restored) == [("bot", 0), ("bot", 0), ("bot", 1), ("bot", 1)]
     assert gw.ready()[0]
 
 
@@ -499,7 +551,7 @@ async def test_a_failed_transaction_replaces_the_producer_before_processing_resu
     gw.producers.queue.append(broken)
     await gw.assignment.checkpoint.open(slot.key)  # as if its producer had failed since
     gw.producers.start_failures["agui-gateway.bot.0"] = 1  # the first replacement fails
-    await gw.round({ev: [rec(ev, 0, 1, STARTED)]})
+    await run_round(gw, {ev: [rec(ev, 0, 1, STARTED)]})
     assert transactions(gw, "aborted") == 1
     assert not slot.ready and ev in gw.consumer.paused
     assert broken._closed
@@ -509,7 +561,7 @@ async def test_a_failed_transaction_replaces_the_producer_before_processing_resu
     assert len(replacements) == 2 and replacements[0].stopped
     assert producer(gw) is replacements[1] and replacements[1].started
     assert gw.consumer.positions[ev] == 0  # rewound: no commit yet
-    await gw.round({ev: [rec(ev, 0, 1, STARTED)]})
+    await run_round(gw, {ev: [rec(ev, 0, 1, STARTED)]})
     assert transactions(gw, "committed") == 1
     assert [t for t, _ in producer(gw).sent] == ["agui.bot.gateway-changelog"]
 
@@ -522,7 +574,7 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
     gw.assignment.checkpoint.detach(("bot", 0))
     gw.producers.queue.append(fatal_producer(ProducerFenced()))
     await gw.assignment.checkpoint.open(("bot", 0))
-    await gw.round({ev: [rec(ev, 0, 1, STARTED)]})
+    await run_round(gw, {ev: [rec(ev, 0, 1, STARTED)]})
     assert transactions(gw, "fenced") == 1 and transactions(gw, "aborted") == 0
     assert ("bot", 0) not in gw.assignment.slots
     assert gw.consumer.paused == {ev, rq}
@@ -572,7 +624,7 @@ async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit
     assert slot.ready and gw.ready()[1]["denied"] == {
         "bot/0": "Write on topic agui.bot.run-requests"
     }
-    await gw.round(decided_round(ev, rq))  # granted now: the fresh producer commits
+    await run_round(gw, decided_round(ev, rq))  # granted now: the fresh producer commits
     assert transactions(gw, "committed") == 1
     assert "agui.bot.run-requests" in [t for t, _ in producer(gw).sent]
     ok, details = gw.ready()
@@ -737,13 +789,13 @@ async def test_a_defect_building_a_rounds_records_aborts_that_pair_and_the_loop_
     gw.offsets.ends = {ev: 2}
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(Round, "changelog_records", broken)
-        await gw.round(decided_round(ev, rq))  # does not raise
+        await run_round(gw, decided_round(ev, rq))  # does not raise
     assert transactions(gw, "aborted") == 1 and transactions(gw, "committed") == 0
     assert not slot.ready and ev in gw.consumer.paused  # rewound, prepared again
     await settle(gw)
     assert slot.ready and gw.consumer.positions[ev] == 0  # rewound
     gw.consumer.positions[ev] = 2
-    await gw.round(decided_round(ev, rq))
+    await run_round(gw, decided_round(ev, rq))
     assert transactions(gw, "committed") == 1 and forwards(gw) == 1
 
 
@@ -820,7 +872,7 @@ async def test_a_reply_topic_created_just_before_the_request_gets_its_reply(gw):
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
     sent = gw.producers.made[0].sent
     assert [t for t, _ in sent if t == "fresh-replies"] == ["fresh-replies"]
     assert not [t for t, _ in sent if t == "agui.warnings"]
@@ -837,13 +889,13 @@ async def test_a_reply_topic_that_does_not_exist_is_refreshed_once_then_warned(g
     gw.consumer.positions[ev] = 2
     batch = decided_round(ev, rq, [("agui-reply-to", b"absent")])
     batch[rq].append(rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"absent")]))
-    await gw.round(batch)
+    await run_round(gw, batch)
     warnings = [orjson.loads(v) for t, v in gw.producers.made[0].sent if t == "agui.warnings"]
     assert [w["code"] for w in warnings] == ["reply_topic_unknown"] * 2
     assert calls == [1]  # once for the round, not once per request
     # a known topic, or one of the gateway's own, never costs a refresh
-    await gw.round({rq: [rec(rq, 2, 7, ANSWER, [("agui-reply-to", b"replies")])]})
-    await gw.round({rq: [rec(rq, 3, 8, ANSWER, [("agui-reply-to", b"agui.warnings")])]})
+    await run_round(gw, {rq: [rec(rq, 2, 7, ANSWER, [("agui-reply-to", b"replies")])]})
+    await run_round(gw, {rq: [rec(rq, 3, 8, ANSWER, [("agui-reply-to", b"agui.warnings")])]})
     assert calls == [1]
 
 
@@ -855,7 +907,7 @@ async def test_every_topic_a_round_writes_is_tracked_by_its_producer_before_the_
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
     producer = gw.producers.made[0]
     written = {t for t, _ in producer.sent}  # each send asserted its topic tracked
     assert {"agui.bot.run-requests", "fresh-replies"} <= written
@@ -863,7 +915,7 @@ async def test_every_topic_a_round_writes_is_tracked_by_its_producer_before_the_
     updates = producer.client.updates
     assert updates > 0
     # topics it already tracks cost no further metadata update
-    await gw.round({rq: [rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"fresh-replies")])]})
+    await run_round(gw, {rq: [rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"fresh-replies")])]})
     assert transactions(gw, "committed") == 2
     assert producer.client.updates == updates
 
@@ -878,13 +930,140 @@ async def test_a_record_the_producer_gives_up_on_aborts_the_transaction(gw):
     slot = gw.assignment.slots[("bot", 0)]
     producer = gw.producers.made[0]
     producer.delivery_error = KafkaError("batch expired")
-    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"replies")]))
     assert transactions(gw, "committed") == 0 and transactions(gw, "aborted") == 1
     assert producer.aborted == 1 and not producer.sent
     assert not slot.ready and ev in gw.consumer.paused  # read again from the last commit
     await settle(gw)
     assert slot.ready
     gw.consumer.positions[ev] = 2
-    await gw.round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))  # a fresh producer
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"replies")]))  # a fresh producer
     assert transactions(gw, "committed") == 1
     assert forwards(gw) == 1
+
+
+# --- pipelining: judging the next round while one commits ----------------------------------
+
+
+def answer_for(interrupt: str, run: str) -> bytes:
+    return orjson.dumps(
+        {
+            "threadId": "t1",
+            "runId": run,
+            "messages": [],
+            "resume": [{"interruptId": interrupt, "status": "resolved"}],
+        }
+    )
+
+
+async def test_the_next_round_is_judged_while_one_commits_and_both_land_in_order(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    made = producer(gw)
+    made.commit_gate = asyncio.Event()
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    async with gw.assignment.lock:
+        await gw.round(decided_round(ev, rq))  # round 1: forwards the answer; commit waits
+    slot = gw.assignment.slots[("bot", 0)]
+    assert gw.assignment.in_flight(slot) and made.sent == []
+    second = rec(rq, 1, 6, answer_for("a", "r3"))
+    async with gw.assignment.lock:
+        await gw.round({rq: [second]})  # round 2 judged on round 1's uncommitted state
+    assert [r.topic for r in slot.pair.round.out] == ["agui.rejections"]  # already resumed
+    assert made.sent == []  # nothing of either round visible yet
+    made.commit_gate.set()
+    await gw.assignment.drain()  # round 1 lands, and round 2 (decided) follows at once
+    assert [t for t, _ in made.sent if t != "agui.bot.gateway-changelog"] == [
+        "agui.bot.run-requests",
+        "agui.rejections",
+    ]
+    assert gw.consumer.committed_offsets == {ev: 2, rq: 2}
+    assert transactions(gw, "committed") == 2
+
+
+async def test_a_failed_commit_with_a_second_round_pending_rewinds_both(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    made = producer(gw)
+    made.commit_gate = asyncio.Event()
+    made.commit_error = KafkaError("broker gone")
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    async with gw.assignment.lock:
+        await gw.round(decided_round(ev, rq))
+        await gw.round({rq: [rec(rq, 1, 6, answer_for("a", "r3"))]})
+    slot = gw.assignment.slots[("bot", 0)]
+    assert not slot.pair.round.empty()  # the second layer
+    made.commit_gate.set()
+    await gw.assignment.drain()
+    assert transactions(gw, "aborted") == 1 and made.sent == []
+    assert not slot.pair.has_pending()  # both layers forgotten
+    assert gw.consumer.positions[ev] == 0 and gw.consumer.positions[rq] == 0  # rewound
+    await settle(gw)  # prepared again with a fresh producer
+    assert slot.ready and producer(gw) is not made
+    gw.consumer.positions[ev] = 2
+    await run_round(
+        gw,
+        {
+            **decided_round(ev, rq),
+            rq: [rec(rq, 0, 5, ANSWER), rec(rq, 1, 6, answer_for("a", "r3"))],
+        },
+    )
+    # read again from the last commit: each request decided once, nothing lost
+    sent = [t for t, _ in producer(gw).sent if t != "agui.bot.gateway-changelog"]
+    assert sent == ["agui.bot.run-requests", "agui.rejections"]
+    assert gw.consumer.committed_offsets == {ev: 2, rq: 2}
+
+
+async def test_a_slow_commit_holds_back_no_other_pair(gw):
+    a_ev, a_rq = tps("bot", 0)
+    b_ev, b_rq = tps("bot", 1)
+    await assign(gw, a_ev, a_rq, b_ev, b_rq)
+    slow = producer(gw, ("bot", 0))
+    slow.commit_gate = asyncio.Event()
+    gw.offsets.ends = {a_ev: 2, b_ev: 2}
+    gw.consumer.positions.update({a_ev: 2, b_ev: 2})
+    async with gw.assignment.lock:
+        await gw.round({**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)})
+    fast = producer(gw, ("bot", 1))
+    while not fast.sent:
+        await asyncio.sleep(0)
+    async with gw.assignment.lock:  # the loop goes on while a's commit hangs
+        await gw.round({b_rq: [rec(b_rq, 1, 6, answer_for("a", "r3"))]})
+    while len([t for t, _ in fast.sent if t == "agui.rejections"]) < 1:
+        await asyncio.sleep(0)
+    assert slow.sent == [] and gw.consumer.committed_offsets[b_rq] == 2
+    slow.commit_gate.set()
+    await gw.assignment.drain()
+    assert gw.consumer.committed_offsets[a_rq] == 1
+
+
+async def test_the_fence_comes_from_the_fetch_when_it_followed_the_requests(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    gw.consumer.positions[ev] = 2
+    gw.consumer.fetched = {rq: (1, 1000), ev: (2, 1001)}  # events fetched after the request
+    await run_round(gw, decided_round(ev, rq))
+    assert gw.offsets.lookups == 0 and forwards(gw) == 1
+
+
+async def test_a_stale_fetched_fence_falls_back_to_the_lookup(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    gw.consumer.positions[ev] = 2
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.fetched = {rq: (1, 1000), ev: (0, 1000)}  # not after the request: stale
+    await run_round(gw, decided_round(ev, rq))
+    assert gw.offsets.lookups == 1 and forwards(gw) == 1
+
+
+async def test_a_fetched_fence_from_another_leader_is_not_trusted(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    gw.consumer._client.cluster.leader_for_partition = lambda tp: 1 if tp == ev else 2
+    gw.consumer.positions[ev] = 2
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.fetched = {rq: (1, 1000), ev: (2, 5000)}
+    await run_round(gw, decided_round(ev, rq))
+    assert gw.offsets.lookups == 1 and forwards(gw) == 1
