@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.codec.jsonio import forwarded
 from gateway.codec.records import (
     NOT_DECODED,
     InRecord,
@@ -29,19 +28,16 @@ from gateway.codec.records import (
 )
 from gateway.core import (
     Change,
-    Decision,
     Policy,
-    Reason,
     Rule,
     RunStatus,
     ThreadState,
-    Verdict,
     Warn,
     apply_event,
-    judge,
 )
 from gateway.core.findings import Finding
 from gateway.kafka import shaping
+from gateway.kafka.decide import decide, lagging
 from gateway.kafka.effects import Effects
 from gateway.kafka.round import Round
 from gateway.kafka.shaping import MAX_KEY_BYTES, MAX_RECORD_BYTES
@@ -313,12 +309,7 @@ class PartitionPair:
             "events side lagging past merge_max_wait_ms; request rejected as events_lagging",
             extra={"agent": self.agent, "partition": self.partition, "waited_s": round(waited, 3)},
         )
-        decision = _rejected(
-            Reason.EVENTS_LAGGING,
-            f"the gateway had not read this thread's events up to this request after waiting "
-            f"{waited:.1f} s (merge_max_wait_ms); it was not judged. Send it again",
-            thread_id,
-        )
+        decision = lagging(thread_id, waited)
 
         def reject() -> None:
             self.round.decided.append(record.received)
@@ -332,35 +323,13 @@ class PartitionPair:
         self._defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
 
     def _judge_one(self, record: InRecord, thread_id: str | None, now_ms: int) -> None:
-        decision: Decision
-        new: ThreadState | None = None
-        state: ThreadState | None = None
-        raw: Any = NOT_DECODED
-        if thread_id is None:
-            problem = shaping.key_problem(record)
-            decision = _rejected(
-                Reason.THREAD_MISMATCH,
-                f"the request record has {problem}; the key must be the threadId",
-            )
-        else:
-            try:
-                raw = decode_json(record.value)
-            except Undecodable as exc:
-                decision = _rejected(Reason.MALFORMED_INPUT, str(exc), thread_id, path="")
-            else:
-                state = self.state(thread_id)
-                decision, new = judge(state, raw, now_ms, self.policy, thread_id)
-        forward: bytes | None = None
-        if decision.verdict is Verdict.FORWARD:
-            # the bytes received, less what was stripped: every value exactly as sent
-            forward = forwarded(record.value or b"", list(decision.removed), decision.input)
-            if len(forward) > shaping.MAX_RECORD_BYTES:
-                decision = shaping.too_large(decision, len(forward))
-                forward, new = None, None  # not forwarded: nothing to remember
+        found = decide(record, thread_id, self.state, now_ms, self.policy)
         self.round.decided.append(record.received)
-        self.effects.decision(self.round, record, decision, thread_id, now_ms, forward, raw)
-        if new is not None and new is not state:
-            self._put(state, new)  # last: nothing above is left half done
+        self.effects.decision(
+            self.round, record, found.decision, thread_id, now_ms, found.forward, found.raw
+        )
+        if found.new is not None and found.new is not found.state:
+            self._put(found.state, found.new)  # last: nothing above is left half done
 
     # --- sweeping -------------------------------------------------------------------------
 
@@ -486,9 +455,3 @@ class PartitionPair:
         self.requests.clear()
         self.fence = None
         self.waiting_since = None
-
-
-def _rejected(reason: Reason, text: str, thread_id: str | None = None, **extra: Any) -> Decision:
-    return Decision(
-        Verdict.REJECT, reasons=(Finding(str(reason), text, **extra),), thread_id=thread_id
-    )

@@ -787,21 +787,22 @@ def test_a_correlation_id_is_carried_as_received_and_never_dropped(raw, members)
 
 
 def test_an_internal_error_rejection_carries_a_binary_correlation_id(monkeypatch):
-    import gateway.kafka.pair as pair_module
+    import gateway.kafka.decide as decide_module
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(pair_module, "judge", boom)
+    monkeypatch.setattr(decide_module, "judge", boom)
     pair, _ = make_pair(wait_s=0.0)
     f = Feed()
     headers = [("agui-correlation-id", BINARY_ID)]
     pair.take("requests", [f.rec("requests", answer(), 3, headers=headers)])
     pair.set_fence(0)
-    pair.process(None, 0, 0)
+    pair.process(0, 0, 0)  # the events side is caught up: judged (and the judge fails)
     (rejection,) = pair.round.out
     assert rejection.headers == [("agui-correlation-id", BINARY_ID)]
     body = jsonio.loads(rejection.value)
+    assert [r["code"] for r in body["reasons"]] == ["internal_error"]
     assert body["correlationIdEncoding"] == "base64"
     assert body["correlationId"] == "j/8AQQABAgMEBQYHCAkKCw=="
 

@@ -1,4 +1,4 @@
-"""Output shaping and the round are pure: no Kafka client, no event loop, no clock, no metrics."""
+"""Output shaping, the round and deciding are pure: no Kafka client, no event loop, no clock, no metrics."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import gateway.kafka
 
 KAFKA_DIR = Path(gateway.kafka.__file__).parent
-PURE = ("shaping", "round")
+PURE = ("shaping", "round", "decide")
 
 FORBIDDEN = {
     "aiokafka": "Kafka belongs to the checkpoint and the clients module",
@@ -71,7 +71,7 @@ def test_a_pure_module_imports_no_kafka_loop_clock_or_metrics(module):
 def test_importing_the_pure_modules_loads_no_kafka_client_loop_or_metrics():
     script = (
         "import json, sys\n"
-        "import gateway.kafka.shaping, gateway.kafka.round\n"
+        "import gateway.kafka.shaping, gateway.kafka.round, gateway.kafka.decide\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     done = subprocess.run(

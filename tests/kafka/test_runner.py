@@ -273,13 +273,13 @@ def gw(monkeypatch):
     a = g.compose(consumer, SimpleNamespace(), FakeOffsets())
     g.producers = producers
     restorer = FakeRestorer()
-    a.restorer = restorer
+    a.preparer.restorer = restorer
     g.restored = restorer.restored
 
     async def no_check(agent: str) -> None:
         return None
 
-    a.check_agent = no_check
+    a.preparer.check_agent = no_check
     return g
 
 
@@ -654,7 +654,7 @@ async def test_a_pair_that_cannot_be_prepared_does_not_hold_up_the_others(gw):
     tp_list = [*tps("alpha"), *tps("beta")]
     order: list[str] = []
     first: list[str] = []
-    prepare_one = gw.assignment.prepare_one
+    prepare_one = gw.assignment.preparer.prepare_one
 
     async def failing_first(slot):
         agent = slot.pair.agent
@@ -664,7 +664,7 @@ async def test_a_pair_that_cannot_be_prepared_does_not_hold_up_the_others(gw):
             raise KafkaError("cannot prepare")
         await prepare_one(slot)
 
-    gw.assignment.prepare_one = failing_first
+    gw.assignment.preparer.prepare_one = failing_first
     await assign(gw, *tp_list)
     stuck, other = first[0], ({"alpha", "beta"} - {first[0]}).pop()
     # the other pair was prepared in the first pass, before any retry of the failing one
@@ -685,7 +685,7 @@ async def test_an_agent_check_that_fails_does_not_hold_up_other_agents(gw):
         if agent == stuck and checks.count(stuck) < 3:
             raise KafkaError("admin unavailable")
 
-    gw.assignment.check_agent = check
+    gw.assignment.preparer.check_agent = check
     await assign(gw, *tps("alpha"), *tps("beta"))
     assert sorted(checks.count(a) for a in ("alpha", "beta")) == [1, 3]
     assert other_ready[-1]  # the failing agent's retries happen with the other one serving
