@@ -2,7 +2,8 @@
 
     .venv/bin/python -m bench [--size tiny|small|full] [--out bench/results]
                               [--bootstrap HOST:PORT] [--only ingest,decisions,...]
-                              [--profile] [--repeat N] [--interrupt-share 0.3]
+                              [--fleet 1,10,50,200,1000] [--profile] [--repeat N]
+                              [--interrupt-share 0.3]
 
 Without --bootstrap it starts (or reuses) the local broker with
 deploy/kafka.sh, which honours KAFKA_PORT; a broker it had to start is
@@ -34,8 +35,19 @@ from bench.config import SIZES, Context
 from bench.report import machine, now_iso, source_version, write
 from gateway.observe.logs import JsonFormatter
 
-SCENARIOS = ("ingest", "decisions", "latency", "memory", "restore", "core")
+SCENARIOS = (
+    "ingest",
+    "decisions",
+    "latency",
+    "pause",
+    "hog",
+    "memory",
+    "restore",
+    "core",
+    "fleet",
+)
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+FLEET_BROKER_HEAP = "-Xms512m -Xmx2g"  # KAFKA_HEAP_OPTS for a broker started for a large fleet
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=0.3,
         help="share of runs on the events topic ending in interrupts (default 0.3)",
+    )
+    p.add_argument(
+        "--fleet",
+        metavar="N,N,...",
+        help="fleet sizes in agents (4 partitions each), e.g. 1,10,50,200,1000 "
+        "(default per size: tiny 2; small 1,10,50; full 1,10,50,200,1000)",
     )
     p.add_argument("--seed", type=int, default=20250601)
     p.add_argument(
@@ -129,6 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     for key in ignored:  # the bench configures every gateway it runs itself
         del os.environ[key]
     size = SIZES[args.size]
+    try:
+        fleet = tuple(int(n) for n in args.fleet.split(",") if n.strip()) if args.fleet else ()
+    except ValueError:
+        print(
+            f"bench: --fleet takes agent counts like 1,10,50, not {args.fleet!r}", file=sys.stderr
+        )
+        return 2
+    if any(n < 1 for n in fleet):
+        print("bench: every --fleet size must be at least 1 agent", file=sys.stderr)
+        return 2
+    if "fleet" in only and max(fleet or size.fleet_agents) >= 200 and not args.bootstrap:
+        # a broker this run starts: 512 MB of heap is not enough for hundreds of agents
+        os.environ.setdefault("KAFKA_HEAP_OPTS", FLEET_BROKER_HEAP)
     if args.repeat:
         size = dataclasses.replace(size, repeat=args.repeat)
     started = time.perf_counter()
@@ -143,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         namespace=brokers.namespace(),
         profile=args.profile,
         work=work,
+        fleet=fleet,
     )
     counting = _configure_logs(work)
     source_at_start = source_version(brokers.REPO_ROOT)

@@ -157,6 +157,15 @@ class Admin:
             except Exception:  # best effort: a leftover topic only costs disk
                 pass
 
+    async def delete_containing(self, text: str) -> None:
+        """Delete every topic whose name contains `text` (a library's own topics)."""
+        topics = [t for t in await self.client.list_topics() if text in t]
+        if topics:
+            try:
+                await self.client.delete_topics(topics, timeout_ms=30000)
+            except Exception:  # best effort: a leftover topic only costs disk
+                pass
+
     async def committed(self, group: str) -> dict[TopicPartition, int]:
         offsets = await self.client.list_consumer_group_offsets(group)
         return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}

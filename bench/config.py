@@ -23,6 +23,22 @@ class Size:
     restore_threads: int
     core_seconds: float  # time budget per core micro-benchmark
     pair_events: int  # records fed to one PartitionPair without Kafka
+    # pause recovery and CPU hog (issue 13): runs of each (worst reported)
+    disturb_repeat: int = 1
+    pause_run_seconds: float = 4.5  # load offered at latency_rate for this long
+    pause_at_seconds: float = 1  # SIGSTOP this far into the load
+    pause_seconds: float = 2
+    hog_rate: float = 100  # requests/s offered with one core taken
+    hog_seconds: float = 2
+    # the fleet (issue 15): agents (4 partitions each) per measured size, and its phases
+    fleet_agents: tuple[int, ...] = (2,)
+    fleet_idle_seconds: float = 1
+    fleet_load_seconds: float = 2  # at each of 50 and 200 requests/s in total
+    fleet_add_seconds: float = 3  # 50 requests/s while one agent is added
+    fleet_ready_timeout: float = 60  # a size not ready by then ends the scenario
+    # the gateway's discovery_interval_ms in the fleet (None: its default); tiny only
+    # shortens the wait for a new agent's topics to be seen
+    fleet_discovery_ms: int | None = 1000
 
 
 SIZES = {
@@ -53,6 +69,16 @@ SIZES = {
         restore_threads=20_000,
         core_seconds=0.5,
         pair_events=100_000,
+        pause_run_seconds=10,
+        pause_at_seconds=3,
+        hog_rate=300,
+        hog_seconds=8,
+        fleet_agents=(1, 10, 50),
+        fleet_idle_seconds=3,
+        fleet_load_seconds=5,
+        fleet_add_seconds=6,
+        fleet_ready_timeout=120,
+        fleet_discovery_ms=None,
     ),
     "full": Size(
         name="full",
@@ -67,6 +93,17 @@ SIZES = {
         restore_threads=100_000,
         core_seconds=1.0,
         pair_events=300_000,
+        disturb_repeat=2,
+        pause_run_seconds=15,
+        pause_at_seconds=5,
+        hog_rate=500,
+        hog_seconds=15,
+        fleet_agents=(1, 10, 50, 200, 1000),
+        fleet_idle_seconds=5,
+        fleet_load_seconds=10,
+        fleet_add_seconds=8,
+        fleet_ready_timeout=120,
+        fleet_discovery_ms=None,
     ),
 }
 
@@ -81,6 +118,7 @@ class Context:
     namespace: str  # prefix of every topic and group this run creates
     profile: bool
     work: Path  # scratch dir (gateway logs, profiles in progress)
+    fleet: tuple[int, ...] = ()  # --fleet: fleet sizes instead of the size's own
 
     def log(self, message: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -91,4 +129,5 @@ class Context:
             "seed": self.seed,
             "interrupt_share": self.interrupt_share,
             "namespace": self.namespace,
+            "fleet": list(self.fleet or self.size.fleet_agents),
         }

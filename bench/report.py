@@ -191,6 +191,12 @@ def markdown(result: dict[str, Any]) -> str:
     for f in figures:
         if not f.headline:
             lines.append(f"| {f.label} | {_fmt(f.value, f.unit)} | {f.how} |")
+    for detail in (result.get("details") or {}).values():
+        table = detail.get("table") if isinstance(detail, dict) else None
+        if table:
+            lines += ["", f"## {table['title']}", "", "| " + " | ".join(table["header"]) + " |"]
+            lines.append("|" + "---|" * len(table["header"]))
+            lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in table["rows"]]
     notes = result.get("notes") or []
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]

@@ -1,8 +1,9 @@
 # Sourced by the other scripts: make sure a venv exists with the project installed.
 #
 #   VENV_KIND=dev (default, scripts/test.sh): .venv, an editable install with the
-#       dev extras (pytest, ruff, mypy, ...); re-installed when pyproject.toml or
-#       setup.py changed since the last install.
+#       dev extras (pytest, ruff, mypy, ...) and the bench extra (the benchmark's
+#       Quix Streams peer); re-installed when pyproject.toml or setup.py changed
+#       since the last install.
 #   VENV_KIND=run (scripts/run.sh): .venv-run, a regular install of what the
 #       gateway needs plus the demo extra (the offline agent of `demo
 #       --real-agent`), no dev tools; re-installed when the sources changed.
@@ -13,9 +14,9 @@ VENV_KIND="${VENV_KIND:-dev}"
 case "$VENV_KIND" in
 dev)
     VENV="$ROOT/.venv"
-    INSTALL=(-e "$ROOT[dev]")
+    INSTALL=(-e "$ROOT[dev,bench]")
     WATCH=("$ROOT/pyproject.toml" "$ROOT/setup.py")
-    WHAT="agui-gateway (editable) and its dev dependencies into .venv"
+    WHAT="agui-gateway (editable) and its dev and bench dependencies into .venv"
     ;;
 run)
     VENV="$ROOT/.venv-run"

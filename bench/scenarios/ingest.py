@@ -13,12 +13,17 @@ consuming while the others still restore).
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
+import subprocess
+import sys
 import time
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bench.broker import Admin, end_offsets, produce
+from bench.broker import REPO_ROOT, Admin, end_offsets, produce
 from bench.config import Context
 from bench.gatewayrun import Names, counter_total, create_topics, make_settings, run_in_process
 from bench.profiling import Profile
@@ -60,6 +65,79 @@ async def raw_consume(
         await consumer.stop()
 
 
+QUIX_COMMIT_INTERVAL_S = 1.0
+# The peer reads the whole topic at a fraction of the gateway's rate (several minutes at
+# full size), so it runs beside the first repeat only.
+QUIX_RUNS = 1
+
+
+def quix_missing() -> str | None:
+    """Why the Quix Streams peer cannot run here (None: it can)."""
+    if importlib.util.find_spec("quixstreams") is None:
+        return "the quixstreams package is not installed (pip install -e '.[bench]')"
+    return None
+
+
+async def quix_consume(
+    ctx: Context, topic: str, ends: dict[TopicPartition, int], total: int, tag: str
+) -> dict[str, Any]:
+    """The Quix Streams peer (bench/quixpeer.py) over the same events topic, in a process.
+
+    Timed as the gateway is: from its first record processed to the moment
+    the group's committed offsets (its exactly-once transactions) cover the
+    last record, polled every 20 ms from here.
+    """
+    group = f"{ctx.namespace}-quix{tag}"
+    report = ctx.work / f"quix-{tag}.jsonl"
+    log_path = ctx.work / f"quix-{tag}.log"
+    args = [sys.executable, "-m", "bench.quixpeer", "--bootstrap", ctx.bootstrap]
+    args += ["--topic", topic, "--group", group, "--total", str(total)]
+    args += ["--state-dir", str(ctx.work / f"quix-state-{tag}"), "--report", str(report)]
+    args += ["--commit-interval", str(QUIX_COMMIT_INTERVAL_S)]
+    started = time.time()
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            args, cwd=str(REPO_ROOT), stdout=log, stderr=log, stdin=subprocess.DEVNULL
+        )
+    try:
+        async with Admin(ctx.bootstrap) as admin:
+            deadline = time.monotonic() + 900
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"the Quix Streams peer exited {proc.returncode}:\n"
+                        + "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+                    )
+                committed = await admin.committed(group)
+                if all(committed.get(tp, -1) >= end for tp, end in ends.items()):
+                    done = time.time()
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"the Quix Streams peer did not commit to the end: {committed}"
+                    )
+                await asyncio.sleep(0.02)
+    finally:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(proc.wait), timeout=60)
+        except TimeoutError:
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+        async with Admin(ctx.bootstrap) as admin:  # its changelog topic is named after the group
+            await admin.delete_containing(group)
+    notes = {n["what"]: n for n in map(orjson.loads, report.read_bytes().splitlines())}
+    if "first" not in notes or "total" not in notes:
+        raise RuntimeError(f"the Quix Streams peer processed {notes} of {total} records")
+    first, last = notes["first"]["at"], notes["total"]["at"]
+    return {
+        "quix_events_per_s": round(total / (done - first)),
+        "quix_seconds": round(done - first, 3),
+        "quix_processing_seconds": round(last - first, 3),
+        "quix_startup_seconds": round(first - started, 3),
+    }
+
+
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     size = ctx.size
     names = Names(f"{ctx.namespace}-in", f"{ctx.namespace}-in0", f"{ctx.namespace}-in0-gw")
@@ -84,6 +162,8 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     baseline: list[float] = []
     gateway: list[float] = []
     runs: list[dict[str, Any]] = []
+    quix: list[float] = []
+    quix_not_run = quix_missing()
     for rep in range(size.repeat):
         seconds = await raw_consume(
             ctx.bootstrap, names.events, size.partitions, total, base_settings
@@ -119,6 +199,21 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             f"ingest rep {rep + 1}/{size.repeat}: baseline {baseline[-1]:,.0f} ev/s, "
             f"gateway {gateway[-1]:,.0f} ev/s (ratio {gateway[-1] / baseline[-1]:.3f})"
         )
+        if quix_not_run is None and rep < QUIX_RUNS:
+            try:
+                peer = await quix_consume(ctx, names.events, ends, total, str(rep))
+            except (
+                Exception
+            ) as exc:  # the peer's failure is reported, not the gateway's figures lost
+                quix_not_run = f"the peer failed: {str(exc).strip()[:600]}"
+                ctx.log(f"ingest: Quix Streams peer {quix_not_run}")
+                continue
+            quix.append(peer["quix_events_per_s"])
+            runs[-1].update(peer)
+            ctx.log(
+                f"ingest rep {rep + 1}/{size.repeat}: Quix Streams {quix[-1]:,.0f} ev/s "
+                f"(gateway ÷ Quix {gateway[-1] / quix[-1]:.3f})"
+            )
 
     profile: dict[str, Any] | None = None
     if ctx.profile:
@@ -152,10 +247,34 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             how,
         ),
     ]
+    if quix and not quix_not_run:
+        figures += [
+            figure(
+                "ingest.gateway_vs_quix",
+                "Event ingest: gateway ÷ Quix Streams peer (exactly-once, RocksDB state, changelog)",
+                best(gateway) / best(quix),
+                "ratio",
+                f"gateway {how}, the peer {len(quix)} run(s), events/s first record → last committed",
+            ),
+            figure(
+                "ingest.quix_events_per_s",
+                "Event ingest, Quix Streams peer (same core, exactly-once)",
+                best(quix),
+                "events/s",
+                f"{len(quix)} run(s)",
+            ),
+        ]
     detail = {
+        "quix_peer": (
+            f"not run: {quix_not_run}"
+            if quix_not_run
+            else f"bench/quixpeer.py, commit_interval {QUIX_COMMIT_INTERVAL_S:g} s"
+        ),
         "workload": stream.stats.to_json(),
         "produce_seconds": round(produce_s, 2),
         "runs": runs,
         "profile": profile,
     }
+    if quix_not_run:
+        detail["note"] = f"Quix Streams peer not run: {quix_not_run}"
     return figures, detail

@@ -16,7 +16,10 @@ import contextlib
 import gc
 import math
 import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +63,31 @@ def _cpu_seconds(pid: int) -> float:
         return math.nan
 
 
+class CpuHog:
+    """A process that keeps one core busy (a Python busy loop) while the context lasts."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cpu_percent = math.nan
+
+    def __enter__(self) -> CpuHog:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        seconds = time.perf_counter() - self._started
+        self.cpu_percent = round(100 * _cpu_seconds(self.proc.pid) / max(seconds, 1e-9), 1)
+        self.proc.kill()
+        self.proc.wait()
+
+
 async def _wait_committed(
     admin: Admin, group: str, targets: dict[TopicPartition, int], timeout: float
 ) -> None:
@@ -72,7 +100,26 @@ async def _wait_committed(
     raise TimeoutError(f"the gateway did not consume the events within {timeout} s")
 
 
-async def one_run(ctx: Context, rep: int, workload: DecisionWorkload) -> dict[str, Any]:
+Disturb = Callable[[GatewayProcess, float], Coroutine[Any, Any, dict[str, Any]]]
+
+
+async def one_run(
+    ctx: Context,
+    rep: int | str,
+    workload: DecisionWorkload,
+    rate: float | None = None,
+    disturb: Disturb | None = None,
+    hog: bool = False,
+) -> dict[str, Any]:
+    """One gateway process, its threads' events consumed, then requests offered at `rate`.
+
+    With `disturb`, that coroutine runs beside the offered load (given the
+    gateway process and the wall time sending started) and its answer is
+    kept under "disturbance". The raw (sent at, latency) pairs are under
+    "latencies" (the caller drops them before writing results). With `hog`,
+    a CPU hog (a busy loop in a process of its own) runs from just before
+    the first request until the last forward was seen.
+    """
     size = ctx.size
     names = Names(
         f"{ctx.namespace}-l{rep}", f"{ctx.namespace}-l{rep}", f"{ctx.namespace}-l{rep}-gw"
@@ -89,7 +136,12 @@ async def one_run(ctx: Context, rep: int, workload: DecisionWorkload) -> dict[st
         try:
             await gateway.wait_ready(120)
             await _wait_committed(admin, names.group, event_ends, 300)
-            result = await _offer(ctx, names, workload, gateway)
+            with CpuHog() if hog else contextlib.nullcontext() as hogging:
+                result = await _offer(
+                    ctx, names, workload, gateway, rate or size.latency_rate, disturb
+                )
+            if hogging is not None:
+                result["hog_cpu_percent"] = hogging.cpu_percent
         finally:
             await gateway.stop()
     # Kafka >= 3.6 answers a transactional produce it cannot verify yet (the previous
@@ -100,7 +152,12 @@ async def one_run(ctx: Context, rep: int, workload: DecisionWorkload) -> dict[st
 
 
 async def _offer(
-    ctx: Context, names: Names, workload: DecisionWorkload, gateway: GatewayProcess
+    ctx: Context,
+    names: Names,
+    workload: DecisionWorkload,
+    gateway: GatewayProcess,
+    rate: float,
+    disturb: Disturb | None,
 ) -> dict[str, Any]:
     size = ctx.size
     requests = workload.requests()
@@ -117,6 +174,7 @@ async def _offer(
     latencies: list[tuple[float, float]] = []  # (sent at, latency s)
     received = 0
     stop = asyncio.Event()
+    disturbing: asyncio.Task[dict[str, Any]] | None = None
 
     async def collect() -> None:
         nonlocal received
@@ -146,7 +204,10 @@ async def _offer(
         busy_before, total_before = _machine_busy()
         started_wall = time.time()
         started = time.perf_counter()
-        interval = 1.0 / size.latency_rate
+        interval = 1.0 / rate
+        disturbing = (
+            asyncio.create_task(disturb(gateway, started_wall)) if disturb is not None else None
+        )
         pending: list[asyncio.Future[Any]] = []
         for n, request in enumerate(requests):
             due = started + n * interval
@@ -165,6 +226,7 @@ async def _offer(
             )
         sent_seconds = time.perf_counter() - started
         await asyncio.gather(*pending)
+        disturbance = await disturbing if disturbing is not None else None
         deadline = time.monotonic() + 60
         while received < expected_forwards and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -179,6 +241,10 @@ async def _offer(
     finally:
         gc.unfreeze()
         stop.set()
+        if disturbing is not None and not disturbing.done():
+            disturbing.cancel()
+            with contextlib.suppress(BaseException):
+                await disturbing
         await producer.stop()
         with contextlib.suppress(Exception):
             await consumer.stop()
@@ -209,6 +275,8 @@ async def _offer(
             v for k, v in metrics.items() if k.startswith("agui_gateway_merge_wait_expired_total")
         ),
         "timeline": _timeline(latencies, started_wall),
+        "disturbance": disturbance,
+        "latencies": [(sent - started_wall, lat) for sent, lat in latencies],
         "worst": [
             {"sent_after_s": round(sent - started_wall, 3), "latency_ms": round(1000 * lat, 1)}
             for sent, lat in worst
@@ -258,6 +326,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     runs = []
     for rep in range(size.repeat):
         result = await one_run(ctx, rep, workload)
+        result.pop("latencies")
         runs.append({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()})
         ctx.log(
             f"latency rep {rep + 1}/{size.repeat} at {result['offered_rate']:.0f} req/s: "

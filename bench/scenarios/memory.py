@@ -66,7 +66,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             by[("idle", "rss")]["bytes_per_thread"],
             "bytes",
             "RSS delta ÷ threads, fresh process",
-            target="<= 1536",
+            target="<= 256",
         ),
         figure(
             "memory.interrupted_bytes_per_thread",
@@ -74,6 +74,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             by[("interrupted", "rss")]["bytes_per_thread"],
             "bytes",
             "RSS delta ÷ threads, fresh process",
+            target="<= 1024",
         ),
         figure(
             "memory.idle_traced_bytes_per_thread",

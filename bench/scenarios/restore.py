@@ -181,7 +181,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             best(restored) / best(baseline),
             "ratio",
             f"{how} each, all partitions in turn",
-            target=">= 0.5",
+            target=">= 0.9",
         ),
         figure(
             "restore.gateway_threads_per_s", "Restore, gateway", best(restored), "threads/s", how

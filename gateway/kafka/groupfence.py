@@ -1,0 +1,603 @@
+"""Exactly-once with one transactional producer per instance: fencing by the group (KIP-447).
+
+The primitive, not yet the loop: the gateway's loop still holds one producer per
+partition pair; this module is what lets it hold one per instance.
+
+Why one producer per instance is exactly-once
+---------------------------------------------
+A pair's work is "read requests and events at offsets o, write forwards and
+verdicts, commit the consumer group's offsets o' in the same transaction". The
+transaction makes the output and the offsets visible together or not at all. The
+danger is a zombie: an instance that lost a partition (its session expired, it
+paused, the network split) but still runs, and commits output and offsets for
+records the new owner is processing too. Before KIP-447 the only fence was the
+transactional id: one per partition, so the new owner's `InitProducerId` for the
+same id bumps the epoch and the old producer is refused. That costs a producer
+(and its connections) per partition.
+
+KIP-447 moves the fence to the consumer group. `TxnOffsetCommit` from version 3
+carries the group's generation id, member id and group instance id, and the group
+coordinator refuses the offsets of a member that is no longer in the generation
+(`ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, `FENCED_INSTANCE_ID`, ...). The
+offsets are part of the transaction, so a refused `TxnOffsetCommit` means the
+zombie cannot commit: it can only abort, and its output, written inside that
+transaction, is never seen by `read_committed` readers. A partition moves only
+through a rebalance, and a rebalance makes a new generation, so the old owner's
+generation can no longer commit anything once the new owner can start.
+
+The other half is the read side. The new owner must not start from offsets that
+a pending transaction of the old owner may still commit (the zombie sent its
+offsets before the rebalance and its `EndTxn` is still to come). `OffsetFetch`
+from version 7 with `require_stable` answers `UNSTABLE_OFFSET_COMMIT` while such
+a transaction is open; `fetch_committed_offsets` retries until it is decided
+(committed: the new owner starts after it; aborted: before it). Between these
+two, every input offset is committed exactly once together with its output.
+
+What the transactional id must be
+---------------------------------
+It no longer needs to be tied to partitions: one per instance, stable across the
+instance's restarts (for example `<transactional_id_prefix>.<instance name>`),
+and distinct between live instances (two instances with the same id fence each
+other through the epoch, which is safe but makes one of them useless). A stable
+id matters for the dangling transaction below; uniqueness is the deployment's job.
+
+A crashed instance's dangling transaction
+-----------------------------------------
+A transaction of an instance that died between its writes and its `EndTxn`
+stays open on the broker. It is closed either when the same transactional id
+starts again (`InitProducerId` aborts it, which is why the id is stable per
+instance) or by the transaction coordinator when `transaction.timeout.ms` (the
+producer's `transaction_timeout_ms`) expires: it aborts the transaction. Until
+then its offsets are "unstable": the partitions' new owner waits in
+`fetch_committed_offsets` (bounded by that timeout, so the fetch's timeout must
+be longer than the producer's transaction timeout) and `read_committed` readers
+of the output see nothing past it (the last stable offset). Nothing is lost:
+the aborted work is replayed by the new owner from the committed offsets.
+
+What the loop must do
+---------------------
+- take `group_metadata(consumer)` when it starts the work of a transaction, and
+  pass that snapshot to `send_offsets_to_transaction`: a rebalance in between
+  (a new generation) then refuses the commit, even if the partition came back;
+- on `GroupFenced` abort the transaction (`producer.abort_transaction()`) and
+  drop the work; the new owner replays it;
+- on an assignment, read the starting offsets with `fetch_committed_offsets`
+  (not the consumer's own committed-offset fetch, which is not `require_stable`).
+
+Reaches into aiokafka (0.14) internals, all here
+-------------------------------------------------
+aiokafka sends only `TxnOffsetCommit` v0 and `OffsetFetch` without
+`require_stable`. This module keeps its reaches small and in one place:
+1. `AIOKafkaProducer._sender._do_txn_offset_commit` is replaced on the producer
+   instance (not the class) by one that sends version 3 (`_install`);
+   `AddOffsetsToTxn`, coordinator lookup and retries remain aiokafka's.
+2. The handler subclasses `aiokafka.producer.sender.TxnOffsetCommitHandler`
+   (its `create_request` / `handle_response` contract).
+3. A refusal puts the transaction manager in its abortable-error state
+   (`_fail_abortable`) without forgetting the transaction's partitions and
+   group, unlike aiokafka's `error_transaction`, which forgets them, so that its
+   abort never sends `EndTxn` and the refused output stays in an open
+   transaction the next commit would commit.
+4. The consumer's group coordinator (`consumer._coordinator`: `group_id`,
+   `generation`, `member_id`, `_group_instance_id`) and client (`consumer._client`).
+5. The versions a connection negotiated (`client._get_conn(...)._versions`), to
+   refuse plainly when the broker lacks v3 / v7 instead of letting aiokafka's
+   sender fail on them.
+The protocol classes use aiokafka's own flexible-version types (`CompactString`,
+`CompactArray`, `TaggedFields`, `RequestStruct.FLEXIBLE_VERSION`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import errors as kafka_errors
+from aiokafka.client import ConnectionGroup, CoordinationType
+from aiokafka.errors import IncompatibleBrokerVersion
+from aiokafka.producer.sender import TxnOffsetCommitHandler
+from aiokafka.producer.transaction_manager import TransactionState
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import (
+    Boolean,
+    CompactArray,
+    CompactString,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    TaggedFields,
+)
+
+log = logging.getLogger(__name__)
+
+NO_LEADER_EPOCH = -1
+RETRY_BACKOFF_S = 0.1
+
+# Error codes of the KIP-447 fence (Kafka's protocol error table); aiokafka 0.14
+# knows only some of them.
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+FENCED_INSTANCE_ID = 82
+UNSTABLE_OFFSET_COMMIT = 88
+STALE_MEMBER_EPOCH = 113
+GROUP_FENCE_CODES = {
+    ILLEGAL_GENERATION: "ILLEGAL_GENERATION",
+    UNKNOWN_MEMBER_ID: "UNKNOWN_MEMBER_ID",
+    REBALANCE_IN_PROGRESS: "REBALANCE_IN_PROGRESS",
+    FENCED_INSTANCE_ID: "FENCED_INSTANCE_ID",
+    STALE_MEMBER_EPOCH: "STALE_MEMBER_EPOCH",
+}
+# Retried with a new coordinator lookup / after a backoff.
+COORDINATOR_MOVED = {14, 15, 16}  # load in progress, not available, not coordinator
+REQUEST_TIMED_OUT = 7
+RETRIABLE = {3, 51}  # unknown topic or partition, concurrent transactions
+PRODUCER_FENCED = {47, 90}  # invalid producer epoch, producer fenced
+
+
+class GroupFenced(Exception):
+    """The consumer group refused this member's offsets: it is no longer the owner.
+
+    The transaction can only be aborted; its work belongs to the partitions' new
+    owner, which replays it from the committed offsets.
+    """
+
+    def __init__(self, group: GroupMetadata | str, reason: str) -> None:
+        if isinstance(group, GroupMetadata):
+            where = (
+                f"group {group.group_id!r} generation {group.generation_id} "
+                f"member {group.member_id!r}"
+            )
+            self.group_id = group.group_id
+        else:
+            where = f"group {group!r}"
+            self.group_id = group
+        super().__init__(f"fenced by the group: {where}: {reason}")
+        self.reason = reason
+
+
+class OffsetsUnstable(TimeoutError):
+    """A pending transaction still holds the group's offsets after the timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadata:
+    """What a member's offsets are committed under (Kafka's ConsumerGroupMetadata)."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+# --- protocol: TxnOffsetCommit v3, OffsetFetch v7 (flexible versions) ---------------
+
+
+class TxnOffsetCommitResponse_v3(Response):
+    API_KEY = 28
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "topics",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                (
+                    "partitions",
+                    CompactArray(
+                        ("partition_index", Int32),
+                        ("error_code", Int16),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class TxnOffsetCommitRequest_v3(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = 28
+    API_VERSION = 3
+    RESPONSE_TYPE = TxnOffsetCommitResponse_v3
+    SCHEMA = Schema(
+        ("transactional_id", CompactString("utf-8")),
+        ("group_id", CompactString("utf-8")),
+        ("producer_id", Int64),
+        ("producer_epoch", Int16),
+        ("generation_id", Int32),
+        ("member_id", CompactString("utf-8")),
+        ("group_instance_id", CompactString("utf-8")),
+        (
+            "topics",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                (
+                    "partitions",
+                    CompactArray(
+                        ("partition_index", Int32),
+                        ("committed_offset", Int64),
+                        ("committed_leader_epoch", Int32),
+                        ("committed_metadata", CompactString("utf-8")),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class TxnOffsetCommitRequestV3(Request[TxnOffsetCommitRequest_v3]):
+    """TxnOffsetCommit carrying the group's generation, member id and instance id."""
+
+    API_KEY = 28
+
+    def __init__(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group: GroupMetadata,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+    ) -> None:
+        self._fields = (transactional_id, producer_id, producer_epoch, group, offsets)
+
+    def build(self, request_struct_class: type[TxnOffsetCommitRequest_v3]) -> Any:
+        transactional_id, producer_id, producer_epoch, group, offsets = self._fields
+        by_topic: dict[str, list[tuple[int, int, int, str, dict[int, bytes]]]]
+        by_topic = collections.defaultdict(list)
+        for tp, (offset, metadata) in sorted(offsets.items()):
+            by_topic[tp.topic].append((tp.partition, offset, NO_LEADER_EPOCH, metadata, {}))
+        return request_struct_class(
+            transactional_id,
+            group.group_id,
+            producer_id,
+            producer_epoch,
+            group.generation_id,
+            group.member_id,
+            group.group_instance_id,
+            [(topic, parts, {}) for topic, parts in by_topic.items()],
+            {},
+        )
+
+
+class OffsetFetchResponse_v7(Response):
+    API_KEY = 9
+    API_VERSION = 7
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "topics",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                (
+                    "partitions",
+                    CompactArray(
+                        ("partition_index", Int32),
+                        ("committed_offset", Int64),
+                        ("committed_leader_epoch", Int32),
+                        ("metadata", CompactString("utf-8")),
+                        ("error_code", Int16),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("error_code", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+class OffsetFetchRequest_v7(RequestStruct):
+    FLEXIBLE_VERSION = True
+    API_KEY = 9
+    API_VERSION = 7
+    RESPONSE_TYPE = OffsetFetchResponse_v7
+    SCHEMA = Schema(
+        ("group_id", CompactString("utf-8")),
+        (
+            "topics",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                ("partition_indexes", CompactArray(Int32)),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("require_stable", Boolean),
+        ("tags", TaggedFields),
+    )
+
+
+class OffsetFetchStableRequest(Request[OffsetFetchRequest_v7]):
+    """OffsetFetch with `require_stable`: pending transactional offsets are an error."""
+
+    API_KEY = 9
+
+    def __init__(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        self._group_id = group_id
+        self._partitions = sorted(set(partitions))
+
+    def build(self, request_struct_class: type[OffsetFetchRequest_v7]) -> Any:
+        by_topic: dict[str, list[int]] = collections.defaultdict(list)
+        for tp in self._partitions:
+            by_topic[tp.topic].append(tp.partition)
+        topics: list[tuple[str, list[int], dict[int, bytes]]] = [
+            (topic, parts, {}) for topic, parts in by_topic.items()
+        ]
+        return request_struct_class(self._group_id, topics, True, {})
+
+
+def _prepare(request: Request[Any], versions: dict[int, tuple[int, int]]) -> Any:
+    """Pick the one version we speak, or say plainly that the broker lacks it."""
+    try:
+        return request.prepare(versions)
+    except NotImplementedError:
+        low, high = versions.get(request.API_KEY, (None, None))
+        wanted = request._CLASSES[0].API_VERSION
+        raise IncompatibleBrokerVersion(
+            f"{type(request).__name__} needs API {request.API_KEY} version {wanted} "
+            f"(KIP-447); the broker offers {low}..{high}"
+        ) from None
+
+
+# --- the consumer side ------------------------------------------------------------
+
+
+def group_metadata(consumer: AIOKafkaConsumer) -> GroupMetadata:
+    """The member's current group metadata; `GroupFenced` if it is not a member now.
+
+    A member without a generation (never joined, or reset after the coordinator
+    dropped it) must not commit: the broker would take generation -1 with no
+    member id as an old client's unfenced commit.
+    """
+    coordinator = consumer._coordinator  # reach 4
+    if coordinator is None or not getattr(coordinator, "group_id", None):
+        raise ValueError("the consumer has no group (group_id is not set)")
+    generation = int(coordinator.generation)
+    member_id = str(coordinator.member_id or "")
+    if generation < 0 or not member_id:
+        raise GroupFenced(coordinator.group_id, "not a member of the group now (no generation)")
+    return GroupMetadata(
+        group_id=coordinator.group_id,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=coordinator._group_instance_id,
+    )
+
+
+async def fetch_committed_offsets(
+    consumer: AIOKafkaConsumer,
+    partitions: Iterable[TopicPartition],
+    *,
+    timeout_s: float,
+) -> dict[TopicPartition, int | None]:
+    """The group's committed offsets, stable: never ones a pending transaction may commit.
+
+    Sends OffsetFetch v7 with `require_stable` to the group coordinator and retries
+    while the broker answers `UNSTABLE_OFFSET_COMMIT` (a transaction holding offsets
+    for these partitions is still open) or the coordinator moves. None means no
+    offset is committed. Raises `OffsetsUnstable` after `timeout_s` (make it longer
+    than the producers' transaction timeout, after which the broker aborts).
+    """
+    coordinator = consumer._coordinator  # reach 4
+    if coordinator is None or not getattr(coordinator, "group_id", None):
+        raise ValueError("the consumer has no group (group_id is not set)")
+    group_id: str = coordinator.group_id
+    client = consumer._client  # reach 4
+    wanted = sorted(set(partitions))
+    if not wanted:
+        return {}
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while True:
+        answer = await _fetch_once(client, group_id, wanted)
+        if isinstance(answer, dict):
+            return answer
+        last = answer
+        log.debug("committed offsets of group %r not stable yet: %s", group_id, answer)
+        if time.monotonic() >= deadline:
+            raise OffsetsUnstable(
+                f"committed offsets of group {group_id!r} not stable after {timeout_s} s ({last})"
+            )
+        await asyncio.sleep(RETRY_BACKOFF_S)
+
+
+async def _fetch_once(
+    client: Any, group_id: str, wanted: list[TopicPartition]
+) -> dict[TopicPartition, int | None] | str:
+    """The offsets, or why to retry (a short text)."""
+    try:
+        node_id = await client.coordinator_lookup(CoordinationType.GROUP, group_id)
+        if not await client.ready(node_id, group=ConnectionGroup.COORDINATION):
+            return "group coordinator not ready"
+        conn = await client._get_conn(node_id, group=ConnectionGroup.COORDINATION)
+        versions = conn._versions if conn is not None else {}
+        request = OffsetFetchStableRequest(group_id, wanted)
+        _prepare(request, versions)  # a clear error if the broker lacks v7
+        response = await client.send(node_id, request, group=ConnectionGroup.COORDINATION)
+    except (
+        kafka_errors.CoordinatorNotAvailableError,
+        kafka_errors.NotCoordinatorError,
+        kafka_errors.CoordinatorLoadInProgressError,
+        kafka_errors.NodeNotReadyError,
+        kafka_errors.RequestTimedOutError,
+        kafka_errors.KafkaConnectionError,
+    ) as exc:
+        return type(exc).__name__
+    top = response.error_code
+    if top in COORDINATOR_MOVED:
+        return kafka_errors.for_code(top).__name__
+    if top != 0:
+        raise kafka_errors.for_code(top)(f"OffsetFetch for group {group_id!r}")
+    offsets: dict[TopicPartition, int | None] = {}
+    for topic, parts, _ in response.topics:
+        for partition, offset, _epoch, _metadata, error_code, _ in parts:
+            tp = TopicPartition(topic, partition)
+            if error_code == UNSTABLE_OFFSET_COMMIT:
+                return f"UNSTABLE_OFFSET_COMMIT on {tp.topic}[{tp.partition}]"
+            if error_code in COORDINATOR_MOVED:
+                return kafka_errors.for_code(error_code).__name__
+            if error_code != 0:
+                raise kafka_errors.for_code(error_code)(f"OffsetFetch {tp} of group {group_id!r}")
+            offsets[tp] = offset if offset >= 0 else None
+    return {tp: offsets.get(tp) for tp in wanted}
+
+
+# --- the producer side ------------------------------------------------------------
+
+
+class _Fence:
+    """Per producer: the group metadata of the offsets being committed, one at a time."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.group: GroupMetadata | None = None
+
+
+def _fail_abortable(txn_manager: Any, exc: BaseException) -> None:
+    """aiokafka's `error_transaction`, but the transaction keeps its partitions and group.
+
+    So the abort that must follow sends `EndTxn(abort)` and the refused output is
+    aborted on the broker now (reach 3).
+    """
+    txn_manager._transition_to(TransactionState.ABORTABLE_ERROR)
+    txn_manager._pending_txn_partitions.clear()
+    for _, _, fut in txn_manager._pending_txn_offsets:
+        if not fut.done():
+            fut.set_exception(exc)
+    txn_manager._pending_txn_offsets.clear()
+    if not txn_manager._transaction_waiter.done():
+        txn_manager._transaction_waiter.set_exception(exc)
+
+
+class _Kip447CommitHandler(TxnOffsetCommitHandler):  # type: ignore[misc]  # reach 2
+    """aiokafka's TxnOffsetCommit handler speaking version 3, with the group fence."""
+
+    def __init__(self, sender: Any, offsets: Any, group: GroupMetadata) -> None:
+        super().__init__(sender, offsets, group.group_id)
+        self._group = group
+
+    def create_request(self) -> Request[Any]:
+        txn_manager = self._sender._txn_manager
+        return TxnOffsetCommitRequestV3(
+            transactional_id=txn_manager.transactional_id,
+            producer_id=txn_manager.producer_id,
+            producer_epoch=txn_manager.producer_epoch,
+            group=self._group,
+            offsets={tp: (o.offset, o.metadata) for tp, o in self._offsets.items()},
+        )
+
+    def handle_response(self, resp: Any) -> float | None:
+        txn_manager = self._sender._txn_manager
+        for topic, partitions, _ in resp.topics:
+            for partition, error_code, _ in partitions:
+                tp = TopicPartition(topic, partition)
+                if error_code == 0:
+                    txn_manager.offset_committed(tp, self._offsets[tp].offset, self._group_id)
+                    continue
+                if error_code in GROUP_FENCE_CODES:
+                    _fail_abortable(
+                        txn_manager, GroupFenced(self._group, GROUP_FENCE_CODES[error_code])
+                    )
+                    return None
+                if error_code in COORDINATOR_MOVED or error_code == REQUEST_TIMED_OUT:
+                    self._sender._coordinator_dead(CoordinationType.GROUP)
+                    return float(self._default_backoff)
+                if error_code in RETRIABLE:
+                    return float(self._default_backoff)
+                error_type = kafka_errors.for_code(error_code)
+                if error_code in PRODUCER_FENCED:
+                    raise kafka_errors.ProducerFenced()
+                if error_type is kafka_errors.TransactionalIdAuthorizationFailed:
+                    raise error_type(txn_manager.transactional_id)
+                # anything else (a refused group ACL, an unknown code): abort, never commit
+                _fail_abortable(
+                    txn_manager,
+                    error_type(
+                        f"TxnOffsetCommit refused for group {self._group_id!r}: "
+                        f"{error_type.__name__} (code {error_code}) on {tp}"
+                    ),
+                )
+                return None
+        return None
+
+
+def _install(producer: AIOKafkaProducer) -> _Fence:
+    """Make this producer's sender commit transactional offsets with v3 (reach 1)."""
+    sender = producer._sender
+    fence: _Fence | None = getattr(sender, "_agui_group_fence", None)
+    if fence is not None:
+        return fence
+    fence = _Fence()
+
+    async def do_txn_offset_commit(self: Any, offsets: Any, group_id: str) -> None:
+        if not offsets:
+            return
+        group = fence.group
+        if group is None or group.group_id != group_id:
+            _fail_abortable(
+                self._txn_manager,
+                GroupFenced(group_id, "offsets sent without the group's metadata"),
+            )
+            return
+        try:
+            node_id = await self._find_coordinator(CoordinationType.GROUP, group_id)
+        except kafka_errors.GroupAuthorizationFailedError as exc:
+            _fail_abortable(self._txn_manager, exc)
+            return
+        try:
+            conn = await self.client._get_conn(node_id, group=ConnectionGroup.COORDINATION)
+        except kafka_errors.KafkaError:  # the coordinator left the metadata: look again
+            self._coordinator_dead(CoordinationType.GROUP)
+            await asyncio.sleep(self._retry_backoff)
+            return
+        if conn is not None:
+            try:
+                _prepare(TxnOffsetCommitRequestV3("", 0, 0, group, {}), conn._versions)
+            except IncompatibleBrokerVersion as exc:
+                _fail_abortable(self._txn_manager, exc)
+                return
+        await _Kip447CommitHandler(self, offsets, group).do(node_id)
+
+    sender._do_txn_offset_commit = types.MethodType(do_txn_offset_commit, sender)
+    sender._agui_group_fence = fence
+    return fence
+
+
+async def send_offsets_to_transaction(
+    producer: AIOKafkaProducer,
+    offsets: Mapping[TopicPartition, int],
+    group: GroupMetadata,
+) -> None:
+    """Add the group's `offsets` (next offsets to read) to the producer's open transaction.
+
+    The group coordinator checks `group` (generation, member id, instance id): a
+    member that is no longer in that generation raises `GroupFenced`, and the
+    transaction can then only be aborted (`producer.abort_transaction()`), which
+    aborts its output too. Other refusals raise aiokafka's errors and likewise
+    leave only the abort.
+    """
+    if not offsets:
+        return
+    if group.generation_id < 0 or not group.member_id:
+        raise GroupFenced(group, "not a member of the group (no generation)")
+    fence = _install(producer)
+    async with fence.lock:
+        fence.group = group
+        try:
+            await producer.send_offsets_to_transaction(dict(offsets), group.group_id)
+        finally:
+            fence.group = None
