@@ -20,7 +20,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from gateway.kafka.checkpoint import Checkpoint, Outcome, Work
+from gateway.kafka.checkpoint import Outcome, Strategy, Work, stop_producer
 from gateway.kafka.denials import RETRY_MAX_S, RETRY_S, Denials
 from gateway.kafka.pair import PartitionPair
 from gateway.kafka.prepare import Preparer
@@ -42,7 +42,7 @@ class Assignment:
         metrics: Metrics,
         consumer: AIOKafkaConsumer,
         admin: AIOKafkaAdminClient,
-        checkpoint: Checkpoint,
+        checkpoint: Strategy,
         restorer: Restorer,
         make_pair: Callable[[str, int], PartitionPair],
         revoke_timeout_s: float,
@@ -395,7 +395,7 @@ class Assignment:
         if inflight is not None:  # its transaction may still complete: let it
             await asyncio.gather(asyncio.shield(inflight), return_exceptions=True)
         async with self.lock:
-            await Checkpoint.stop(producer)
+            await stop_producer(producer)
 
     async def close(self, commit: bool) -> None:
         """Shutdown: commit what ready pairs decided (only after a clean stop), close

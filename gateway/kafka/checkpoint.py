@@ -18,8 +18,9 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
@@ -55,6 +56,30 @@ class Work:
 class Result:
     outcome: Outcome
     error: BaseException | None = None
+
+
+class Strategy(Protocol):
+    """What the assignment asks of a checkpoint, whichever producers it holds."""
+
+    def holds(self, key: PairKey) -> bool: ...
+    def producer(self, key: PairKey) -> AIOKafkaProducer | None: ...
+    async def open(self, key: PairKey) -> None: ...
+    async def close(self, key: PairKey) -> None: ...
+    def detach(self, key: PairKey) -> AIOKafkaProducer | None: ...
+    async def close_all(self) -> None: ...
+    async def commit(self, works: Iterable[Work]) -> list[Result]: ...
+    async def committed_offsets(
+        self, tps: list[TopicPartition], ours: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]: ...
+    async def rewind(
+        self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]
+    ) -> None: ...
+
+
+async def stop_producer(producer: AIOKafkaProducer | None) -> None:
+    if producer is not None:
+        with contextlib.suppress(Exception):
+            await producer.stop()
 
 
 class Checkpoint:
@@ -135,7 +160,7 @@ class Checkpoint:
             # (it is read again from the last commit), it never escapes the loop.
             records = work.round.records()
             await producer.begin_transaction()
-            await _track_topics(producer, {r.topic for r in records})
+            await track_topics(producer, {r.topic for r in records})
             delivered = [
                 await producer.send(
                     r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition
@@ -150,7 +175,7 @@ class Checkpoint:
             await producer.commit_transaction()
         except Exception as exc:
             agent, partition = work.key
-            if _fenced(producer, exc):
+            if fenced_producer(producer, exc):
                 self.metrics.transactions.labels("fenced").inc()
                 log.error(
                     "producer fenced: another instance owns this pair now",
@@ -173,41 +198,61 @@ class Checkpoint:
     async def committed_offsets(
         self, tps: list[TopicPartition], ours: dict[TopicPartition, int]
     ) -> dict[TopicPartition, int | None]:
-        """The group's committed offsets, waiting out our own commit's visibility.
+        """The group's committed offsets, waiting out our own commit's visibility."""
 
-        A transactional offset commit becomes visible to OffsetFetch a little after
-        the commit returns. Offsets only move forward, so a value behind what this
-        instance itself committed (`ours`) is such a stale read: ask again (bounded).
-        """
-        committed: dict[TopicPartition, int | None] = {}
-        for _ in range(OFFSET_VISIBILITY_TRIES):
-            found = await asyncio.gather(*(self.consumer.committed(tp) for tp in tps))
-            committed = dict(zip(tps, found, strict=True))
-            stale = any(
-                (committed.get(tp) or 0) < offset for tp, offset in ours.items() if tp in committed
-            )
-            if not stale:
-                return committed
-            await asyncio.sleep(0.1)
-        return committed
+        async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+            found = await asyncio.gather(*(self.consumer.committed(tp) for tp in tp_list))
+            return dict(zip(tp_list, found, strict=True))
+
+        return await stable_offsets(fetch, tps, ours)
 
     async def rewind(self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]) -> None:
-        """Seek each still-assigned partition back to the last committed offset (`ours`:
-        what this instance knows it committed)."""
-        assignment = self.consumer.assignment()
-        for tp in tps:
-            if tp not in assignment:
-                continue  # revoked meanwhile: its next owner starts at the committed offset
-            offset = ours.get(tp)
-            if offset is None:
-                offset = await self.consumer.committed(tp)
-            if offset is not None:
-                self.consumer.seek(tp, offset)
-            else:
-                await self.consumer.seek_to_beginning(tp)
+        await rewind(self.consumer, tps, ours)
 
 
-async def _track_topics(producer: AIOKafkaProducer, topics: set[str]) -> None:
+Fetch = Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int | None]]]
+
+
+async def stable_offsets(
+    fetch: Fetch, tps: list[TopicPartition], ours: dict[TopicPartition, int]
+) -> dict[TopicPartition, int | None]:
+    """Committed offsets, waiting out our own commit's visibility.
+
+    A transactional offset commit becomes visible to OffsetFetch a little after
+    the commit returns. Offsets only move forward, so a value behind what this
+    instance itself committed (`ours`) is such a stale read: ask again (bounded).
+    """
+    committed: dict[TopicPartition, int | None] = {}
+    for _ in range(OFFSET_VISIBILITY_TRIES):
+        committed = await fetch(tps)
+        stale = any(
+            (committed.get(tp) or 0) < offset for tp, offset in ours.items() if tp in committed
+        )
+        if not stale:
+            return committed
+        await asyncio.sleep(0.1)
+    return committed
+
+
+async def rewind(
+    consumer: AIOKafkaConsumer, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]
+) -> None:
+    """Seek each still-assigned partition back to the last committed offset (`ours`:
+    what this instance knows it committed)."""
+    assignment = consumer.assignment()
+    for tp in tps:
+        if tp not in assignment:
+            continue  # revoked meanwhile: its next owner starts at the committed offset
+        offset = ours.get(tp)
+        if offset is None:
+            offset = await consumer.committed(tp)
+        if offset is not None:
+            consumer.seek(tp, offset)
+        else:
+            await consumer.seek_to_beginning(tp)
+
+
+async def track_topics(producer: AIOKafkaProducer, topics: set[str]) -> None:
     """Have the producer's metadata track every topic it is about to write.
 
     A producer fetches metadata for all topics until its first write to a topic it
@@ -234,7 +279,7 @@ async def _track_topics(producer: AIOKafkaProducer, topics: set[str]) -> None:
         log.warning("metadata update for written topics failed", extra={"error": repr(exc)})
 
 
-def _fenced(producer: AIOKafkaProducer, exc: Exception) -> bool:
+def fenced_producer(producer: AIOKafkaProducer, exc: Exception) -> bool:
     """Whether a failed transaction means another producer took over the transactional id.
 
     A fence met by the producer's background sender puts it in a fatal state; the

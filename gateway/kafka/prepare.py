@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import TopicAuthorizationFailedError
 
 from gateway.kafka import clients
-from gateway.kafka.checkpoint import Checkpoint
+from gateway.kafka.checkpoint import Strategy
 from gateway.kafka.denials import Denials
 from gateway.kafka.restore import Restorer
 from gateway.kafka.slot import PairSlot
@@ -32,7 +32,7 @@ class Preparer:
         metrics: Metrics,
         consumer: AIOKafkaConsumer,
         admin: AIOKafkaAdminClient,
-        checkpoint: Checkpoint,
+        checkpoint: Strategy,
         restorer: Restorer,
         denials: Denials,
     ) -> None:

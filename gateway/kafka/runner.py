@@ -33,6 +33,7 @@ from aiokafka.structs import ConsumerRecord
 from gateway.kafka import clients
 from gateway.kafka.assignment import Assignment
 from gateway.kafka.checkpoint import Checkpoint
+from gateway.kafka.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.replytopics import ReplyTopics
 from gateway.kafka.restore import Restorer
@@ -179,7 +180,7 @@ class Gateway:
             self.metrics,
             consumer,
             admin,
-            Checkpoint(self.settings, self.metrics, consumer),
+            self._checkpoint(consumer),
             Restorer(self.settings),
             self.make_pair,
             self.settings.revoke_timeout_s,
@@ -188,6 +189,13 @@ class Gateway:
         )
         self._running = True
         return self.assignment
+
+    def _checkpoint(self, consumer: AIOKafkaConsumer) -> Checkpoint | InstanceCheckpoint:
+        """One transactional producer per pair (fenced by transactional id), or one per
+        instance (fenced by the group's generation, KIP-447): `producer_scope`."""
+        if self.settings.producer_scope == "instance":
+            return InstanceCheckpoint(self.settings, self.metrics, consumer)
+        return Checkpoint(self.settings, self.metrics, consumer)
 
     async def _shutdown(self, commit: bool = True) -> None:
         """Commit what ready pairs decided (only after a clean stop), then close every client.
