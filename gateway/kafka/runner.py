@@ -7,6 +7,7 @@ and requests topics meet on one instance) reads both topics with
 - `Assignment` (assignment.py): the pairs held; revoke, assign, prepare, drop;
 - `Checkpoint` (checkpoint.py): a round's records and offsets in one transaction;
 - `Restorer` (restore.py): a pair's changelog read into a store;
+- `Fences` (fences.py): how far a pair's events must be read before its requests;
 - `PartitionPair` (pair.py) fills a `Round` (round.py), shaped by shaping.py;
 - `Status` (status.py) keeps what the gauges show, read at scrape time.
 
@@ -27,12 +28,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from gateway.kafka import clients
 from gateway.kafka.assignment import Assignment
 from gateway.kafka.checkpoint import Checkpoint
+from gateway.kafka.fences import Fences
 from gateway.kafka.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.replytopics import ReplyTopics
@@ -92,8 +93,7 @@ class Gateway:
         self.offsets: AIOKafkaConsumer | None = None  # end offsets for the fence
         self.assignment: Assignment | None = None
         self.busy: dict[PairKey, PairSlot] = {}  # pairs with records, pending work or a sweep
-        # when the fetch that delivered each pair's latest requests was processed (wall ms)
-        self._taken_at: dict[PairKey, int] = {}
+        self.fences: Fences | None = None
         self._running = False
         self._last_sweep = 0.0
         self._last_lag = 0.0
@@ -175,6 +175,7 @@ class Gateway:
         """Build the pieces around started clients (tests hand in their own)."""
         self.consumer, self.admin, self.offsets = consumer, admin, offsets
         self.reply_topics.consumer = consumer
+        self.fences = Fences(consumer, offsets)
         self.assignment = Assignment(
             self.names,
             self.metrics,
@@ -272,7 +273,8 @@ class Gateway:
     async def round(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """One round: hand out records, fence, judge, sweep, commit what is due."""
         assert self.consumer is not None and self.assignment is not None
-        a = self.assignment
+        assert self.fences is not None
+        a, fences = self.assignment, self.fences
         mono = time.monotonic()
         for tp, messages in batch.items():
             found = a.slot_for(tp)
@@ -286,18 +288,14 @@ class Gateway:
             slot.pair.take(side, messages, mono)
             self.busy[slot.key] = slot
             if side == "requests":
-                stamp = clients.fetched_at(self.consumer, tp)
-                if stamp is None:
-                    self._taken_at.pop(slot.key, None)  # unknown: the lookup decides
-                else:
-                    self._taken_at[slot.key] = stamp
+                fences.took_requests(slot.key, tp)
         if mono - self._last_sweep >= self.settings.sweep_interval_s:
             self._last_sweep = mono
             for slot in a.slots.values():  # once per sweep interval: every pair
                 if slot.ready:
                     self.busy[slot.key] = slot
         ready = [s for s in self.busy.values() if s.ready and a.holds(s)]
-        await self._fences(ready)
+        await fences.set(ready)
         await self.reply_topics.refresh_for(r for s in ready for r in s.pair.requests)
         wall_ms = int(self.wall_clock() * 1000)
         for slot in ready:
@@ -318,7 +316,7 @@ class Gateway:
                 self.busy.pop(slot.key, None)
         for key in [k for k, s in self.busy.items() if not a.holds(s)]:
             del self.busy[key]
-            self._taken_at.pop(key, None)
+            fences.forget(key)
         if mono - self._last_lag >= LAG_INTERVAL_S:
             self._last_lag = mono
             await self._lag()
@@ -358,52 +356,6 @@ class Gateway:
             ):
                 due.append(slot)
         return due
-
-    async def _fences(self, ready: list[PairSlot]) -> None:
-        """The events end offsets that pending requests wait for: from the fetch when it
-        shows them, else looked up once per round."""
-        lookup: list[PairSlot] = []
-        for slot in (s for s in ready if s.pair.needs_fence()):
-            if slot.events_tp is None:
-                slot.pair.set_fence(0)
-            elif (end := self._fetched_fence(slot)) is not None:
-                slot.pair.set_fence(end)
-            else:
-                lookup.append(slot)
-        waiting = lookup
-        tps = [s.events_tp for s in waiting if s.events_tp is not None]
-        if not tps:
-            return
-        assert self.offsets is not None
-        try:
-            ends = await asyncio.wait_for(self.offsets.end_offsets(tps), timeout=10)
-        except (KafkaError, TimeoutError) as exc:
-            log.warning("end offsets lookup failed; requests wait", extra={"error": repr(exc)})
-            return
-        for slot in waiting:
-            if slot.events_tp is not None and slot.events_tp in ends:
-                slot.pair.set_fence(ends[slot.events_tp])
-
-    def _fetched_fence(self, slot: PairSlot) -> int | None:
-        """The events partition's last stable offset from the consumer's own fetch, when
-        that fetch is known to come after the pending requests were appended; else None.
-
-        Both partitions have one leader, so their fetch responses come in order on one
-        connection, built by the broker in that order. The requests were delivered by
-        a response processed at or before `taken`; an events response processed after
-        it was built after the requests were appended, so its last stable offset is a
-        valid fence (read_committed: what the end-offsets lookup would answer, or
-        later). A paused or buffered events partition is not fetched: its figure is
-        stale, and the lookup decides.
-        """
-        assert self.consumer is not None and slot.events_tp is not None
-        taken = self._taken_at.get(slot.key)
-        if taken is None or slot.requests_tp is None:
-            return None
-        found = clients.fetched_end(self.consumer, slot.events_tp, slot.requests_tp)
-        if found is None or found[1] <= taken:
-            return None
-        return found[0]
 
     # --- gauges -------------------------------------------------------------------------------
 
