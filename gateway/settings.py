@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +110,12 @@ class Settings(BaseSettings):
     """Producer transaction timeout."""
     revoke_timeout_s: float = Field(default=10.0, gt=0)
     """How long a revoke waits for the round in progress."""
+    producer_scope: Literal["pair", "instance"] = "pair"
+    """Transactional producers: one per partition pair (fenced by a transactional id per
+    pair), or one per instance (fenced by the consumer group's generation, KIP-447)."""
+    instance_name: str = Field(default_factory=socket.gethostname, min_length=1)
+    """With producer_scope=instance: this instance's name in its transactional id; stable
+    across its restarts, unique among live instances (default: the host name)."""
     discovery_interval_ms: int = Field(
         default=5000, ge=100
     )  # how often new agents' topics are seen

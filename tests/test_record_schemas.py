@@ -61,10 +61,10 @@ def test_every_record_of_a_pair_follows_its_schema():
     pair.set_fence(4)
     pair.process(4, 0, 0)
     pair.sweep(10**15)
-    seen = {PAIR_TOPICS[r.topic] for r in pair.out if r.topic in PAIR_TOPICS}
+    seen = {PAIR_TOPICS[r.topic] for r in pair.round.out if r.topic in PAIR_TOPICS}
     assert seen == set(KINDS)
     verdicts = set()
-    for record in pair.out:
+    for record in pair.round.out:
         if record.topic in PAIR_TOPICS:
             body = jsonio.loads(record.value)
             check(PAIR_TOPICS[record.topic], body)

@@ -32,6 +32,7 @@ class Reason(StrEnum):
     ALREADY_RESUMED = "already_resumed"
     INPUT_TOO_LARGE = "input_too_large"  # the forward would not fit a Kafka record
     INTERNAL_ERROR = "internal_error"  # the gateway failed on this request: a defect
+    EVENTS_LAGGING = "events_lagging"  # events side not read up to it in time: retryable
 
 
 class Warn(StrEnum):

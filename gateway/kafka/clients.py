@@ -16,7 +16,7 @@ import asyncio
 import ssl
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import create_conn
@@ -182,3 +182,53 @@ async def preflight(settings: Settings) -> None:
             continue  # unreachable or odd: the next server, then the clients, say so
         conn.close()
         return
+
+
+# --- what the gateway reads of a client's metadata (aiokafka keeps no public accessor) ---
+
+
+def partitions_for(consumer: AIOKafkaConsumer, topic: str) -> set[int] | None:
+    """The partitions the consumer's metadata knows for `topic` (None: unknown topic)."""
+    found = consumer._client.cluster.partitions_for_topic(topic)
+    return set(found) if found is not None else None
+
+
+def topic_exists(consumer: AIOKafkaConsumer, topic: str) -> bool:
+    """Whether the consumer's metadata shows `topic` as a topic of the cluster's users."""
+    cluster = consumer._client.cluster
+    # Asked for every request with a reply topic: a look-up, where topics() would
+    # first copy the name of every topic the cluster has.
+    return topic not in cluster.internal_topics and cluster.partitions_for_topic(topic) is not None
+
+
+async def refresh_metadata(consumer: AIOKafkaConsumer) -> None:
+    await consumer._client.force_metadata_update()
+
+
+def fetched_end(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, beside: TopicPartition
+) -> tuple[int, int] | None:
+    """(last stable offset, wall ms its fetch response was processed) of `tp`, as the
+    consumer's own fetches keep it; None when unknown or when `tp` and `beside` have
+    different leaders (their fetch responses then come on different connections)."""
+    cluster = consumer._client.cluster
+    leader = cluster.leader_for_partition(tp)
+    if leader is None or leader != cluster.leader_for_partition(beside):
+        return None
+    try:
+        lso = consumer.last_stable_offset(tp)
+        at = consumer.last_poll_timestamp(tp)
+    except Exception:  # not assigned (any more)
+        return None
+    if lso is None or at is None:
+        return None
+    return int(lso), int(at)
+
+
+def fetched_at(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """Wall ms the last fetch response for `tp` was processed (None: never)."""
+    try:
+        at = consumer.last_poll_timestamp(tp)
+    except Exception:
+        return None
+    return int(at) if at is not None else None

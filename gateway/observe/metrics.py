@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from gateway import __version__
 from gateway.core.classify import KNOWN_TYPES
+from gateway.observe.gauges import GaugeCollector
 
 PREFIX = "agui_gateway_"
 # Interrupt reasons kept as their own label value; any other folds into "other".
@@ -212,7 +213,6 @@ class Metrics:
         self.interrupts_raised = agent_counter(
             "interrupts_raised", "Interrupts delivered by interrupting runs."
         )
-        self.interrupts_open = gauge("interrupts_open", "Open interrupts held.", ("agent",))
         self.interrupts_expired = agent_counter(
             "interrupts_expired", "Open interrupts that passed expiresAt unanswered."
         )
@@ -240,8 +240,6 @@ class Metrics:
             buckets=DECISION_BUCKETS,
             registry=registry,
         )
-        self.consumer_lag = gauge("consumer_lag", "Records behind the end.", ("topic", "partition"))
-        self.threads = gauge("threads", "Threads held in state.", ("agent",))
         self.state_restore_seconds = Histogram(
             PREFIX + "state_restore_seconds",
             "Time to restore one partition's state from its changelog.",
@@ -253,14 +251,6 @@ class Metrics:
             "merge_wait_expired",
             "Requests judged after waiting merge_max_wait_ms for a lagging events side.",
         )
-        self.pairs_restoring = gauge(
-            "pairs_restoring", "Assigned partition pairs not yet restored and consuming."
-        )
-        self.agent_refused = gauge(
-            "agent_refused",
-            "1 for an agent refused (mismatched partitions, changelog).",
-            ("agent",),
-        )
         self.reply_topic_refreshes = counter(
             "reply_topic_refreshes",
             "Metadata refreshes because a request named a reply topic not seen yet.",
@@ -271,12 +261,8 @@ class Metrics:
             "NOT_ENOUGH_REPLICAS on a transaction's first write), by error.",
             ("error",),
         )
-        self.permission_denied = gauge(
-            "permission_denied",
-            "1 while Kafka refuses the gateway an operation on a resource (a missing ACL); "
-            "the pairs concerned wait and retry.",
-            ("agent", "operation", "resource"),
-        )
+        # gauges read at scrape time from a snapshot the runner publishes
+        self.gauges = GaugeCollector(registry)
         self.build_info = Info(PREFIX + "build", "Gateway version.", registry=registry)
         self.build_info.info({"version": __version__})
         if self.detail is AgentDetail.DASHBOARD:

@@ -25,6 +25,7 @@ def test_the_codes_are_the_documented_strings():
         "already_resumed",
         "internal_error",
         "input_too_large",
+        "events_lagging",
     } == {str(r) for r in Reason}
     assert {
         "unrecognised_entry",

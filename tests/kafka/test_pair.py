@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.codec import changelog, jsonio
 from gateway.codec.records import InRecord
+from gateway.kafka import shaping
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.topics import AgentTopics
 from gateway.observe.metrics import Metrics
@@ -92,7 +93,12 @@ def answer(run="r2", *ids, status="resolved"):
 
 
 def out_topics(pair: PartitionPair) -> list[str]:
-    return [r.topic for r in pair.out]
+    return [r.topic for r in pair.round.out]
+
+
+def commit(pair: PartitionPair, mono: float = 0.0) -> None:
+    """The open round's transaction committed."""
+    pair.committed_round(pair.seal(), mono)
 
 
 def sample(registry, name, **labels):
@@ -108,9 +114,9 @@ def test_events_and_requests_merge_in_timestamp_order():
     pair.process(events_position=2, mono_now=0.0, wall_ms=0)
     # at ts 15 the run is active: run_active; at ts 25 it is interrupted: forwarded
     assert out_topics(pair) == ["agui.rejections", "agui.bot.run-requests"]
-    rejection = orjson.loads(pair.out[0].value)
+    rejection = orjson.loads(pair.round.out[0].value)
     assert [r["code"] for r in rejection["reasons"]] == ["run_active"]
-    assert pair.next_offsets == {"events": 2, "requests": 2}
+    assert pair.round.offsets == {"events": 2, "requests": 2}
 
 
 def test_request_waits_for_the_events_fence_then_is_judged_on_fresh_state():
@@ -120,23 +126,62 @@ def test_request_waits_for_the_events_fence_then_is_judged_on_fresh_state():
     pair.take("requests", [f.rec("requests", answer(), 30)])
     pair.set_fence(events_end=2)  # RUN_FINISHED (offset 1) is in the log but not yet fetched
     pair.process(events_position=1, mono_now=100.0, wall_ms=0)
-    assert pair.out == [] and len(pair.requests) == 1  # waiting, nothing judged
+    assert pair.round.out == [] and len(pair.requests) == 1  # waiting, nothing judged
     pair.take("events", [f.rec("events", interrupted(), 20)])
     pair.process(events_position=2, mono_now=100.5, wall_ms=0)
     assert out_topics(pair) == ["agui.bot.run-requests"]
 
 
-def test_waiting_is_bounded_by_merge_max_wait():
+def test_a_request_whose_events_side_lags_past_the_wait_is_rejected_as_events_lagging():
     pair, registry = make_pair(wait_s=1.0)
     f = Feed()
-    pair.take("requests", [f.rec("requests", answer(), 30)])
+    pair.take(
+        "requests", [f.rec("requests", answer(), 30, headers=[("agui-reply-to", b"replies")])]
+    )
     pair.set_fence(events_end=5)
     pair.process(events_position=0, mono_now=10.0, wall_ms=0)
-    assert pair.out == []
+    assert pair.round.out == []  # waits for the events side, bounded
     pair.process(events_position=0, mono_now=11.5, wall_ms=0)
-    assert len(pair.out) >= 1  # judged (unknown thread: forwarded with a warning)
-    pair.committed(12.0)
+    # never judged on missing state: rejected, retryable, on both the rejections and
+    # the reply topic; nothing forwarded
+    assert out_topics(pair) == ["agui.rejections", "replies"]
+    rejection = orjson.loads(pair.round.out[0].value)
+    assert rejection["verdict"] == "reject"
+    assert [r["code"] for r in rejection["reasons"]] == ["events_lagging"]
+    assert pair.round.offsets == {"requests": 1}
+    commit(pair, 12.0)
     assert sample(registry, "agui_gateway_merge_wait_expired_total", agent="bot") == 1
+    assert (
+        sample(registry, "agui_gateway_rejections_total", agent="bot", reason="events_lagging") == 1
+    )
+    assert pair.state("t1") is None  # nothing remembered of a request not judged
+
+
+def test_an_overloaded_pair_never_forwards_a_request_unjudged():
+    """Events far behind (overload): every request waiting past the wait is rejected as
+    events_lagging, even one that would be forwarded (an unknown thread, lenient mode)."""
+    pair, registry = make_pair(wait_s=0.5)
+    f = Feed()
+    requests = [f.rec("requests", answer(f"r{i}"), 100 + i) for i in range(20)]
+    pair.take("requests", requests)
+    pair.set_fence(events_end=10_000)  # the events side holds 10,000 records not read yet
+    for step in range(5):
+        pair.process(events_position=step, mono_now=1.0 + step, wall_ms=0)
+    topics = out_topics(pair)
+    assert "agui.bot.run-requests" not in topics
+    assert topics == ["agui.rejections"] * 20
+    codes = {orjson.loads(r.value)["reasons"][0]["code"] for r in pair.round.out}
+    assert codes == {"events_lagging"}
+
+
+def test_a_caught_up_events_side_still_says_thread_unknown():
+    pair, _ = make_pair(strict=True, wait_s=0.5)
+    f = Feed()
+    pair.take("requests", [f.rec("requests", answer(), 30)])
+    pair.set_fence(events_end=3)
+    pair.process(events_position=3, mono_now=0.0, wall_ms=0)  # caught up: judged at once
+    rejection = orjson.loads(pair.round.out[0].value)
+    assert [r["code"] for r in rejection["reasons"]] == ["thread_unknown"]
 
 
 def test_a_request_not_covered_by_the_fence_needs_a_new_one():
@@ -158,13 +203,13 @@ def test_metrics_and_state_become_visible_only_on_commit():
         "events", [f.rec("events", started(), 1), f.rec("events", interrupted("r1", "a", "b"), 2)]
     )
     pair.process(None, 0, 0)
-    assert pair.store.get("t1").status == "interrupted"
+    assert pair.state("t1").status == "interrupted"
     assert sample(registry, "agui_gateway_runs_closed_total", agent="bot", outcome="interrupt") == 0
-    records = pair.changelog_records()
+    records = pair.round.changelog_records()
     assert [r.topic for r in records] == ["agui.bot.gateway-changelog"]
     assert records[0].partition == 0 and records[0].key == b"t1"
     assert changelog.decode(records[0].value).interrupts[1].id == "b"
-    pair.committed(1.0)
+    commit(pair, 1.0)
     assert sample(registry, "agui_gateway_runs_closed_total", agent="bot", outcome="interrupt") == 1
     assert (
         sample(registry, "agui_gateway_interrupts_raised_total", agent="bot", reason="tool_call")
@@ -180,9 +225,9 @@ def test_abort_forgets_the_round():
     pair.take("events", [f.rec("events", started(), 1)])
     pair.process(None, 0, 0)
     pair.aborted()
-    assert pair.store.get("t1") is None
-    assert pair.out == [] and pair.next_offsets == {}
-    pair.committed(0)
+    assert pair.state("t1") is None
+    assert pair.round.out == [] and pair.round.offsets == {}
+    commit(pair, 0)
     assert sample(registry, "agui_gateway_events_total", agent="bot", type="RUN_STARTED") == 0
 
 
@@ -194,12 +239,12 @@ def test_forward_keeps_correlation_and_replies_with_latency_observed():
     pair.take("requests", [f.rec("requests", answer(), 62_000, headers=headers)])
     pair.set_fence(2)
     pair.process(2, 0, 0)
-    forward, reply = pair.out
+    forward, reply = pair.round.out
     assert forward.topic == "agui.bot.run-requests" and forward.key == b"t1"
     assert ("agui-correlation-id", b"c-7") in forward.headers
     assert reply.topic == "replies"
     assert orjson.loads(reply.value)["verdict"] == "forward"
-    pair.committed(0)
+    commit(pair, 0)
     labels = {"agent": "bot", "reason": "tool_call", "status": "resolved"}
     assert registry.get_sample_value("agui_gateway_interrupt_response_seconds_sum", labels) == 60.0
 
@@ -210,7 +255,7 @@ def test_reply_to_an_unknown_topic_is_a_warning_not_a_send():
     pair.take("requests", [f.rec("requests", answer(), 5, headers=(("agui-reply-to", b"nope"),))])
     pair.set_fence(0)
     pair.process(0, 0, 0)
-    warnings = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.warnings"]
+    warnings = [orjson.loads(r.value) for r in pair.round.out if r.topic == "agui.warnings"]
     assert "reply_topic_unknown" in {w["code"] for w in warnings}
     assert "nope" not in out_topics(pair)
 
@@ -231,10 +276,10 @@ def test_poison_requests_are_rejected_with_the_original_kept(value, key, code):
     pair.take("requests", [f.rec("requests", value, 5, key=key)])
     pair.set_fence(0)
     pair.process(0, 0, 0)
-    (rejection,) = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.rejections"]
+    (rejection,) = [orjson.loads(r.value) for r in pair.round.out if r.topic == "agui.rejections"]
     assert rejection["reasons"][0]["code"] == code
     assert {"input", "inputText", "inputBase64"} & set(rejection)
-    assert pair.next_offsets == {"requests": 1}
+    assert pair.round.offsets == {"requests": 1}
 
 
 def test_undecodable_event_is_a_violation_and_the_partition_moves_on():
@@ -242,10 +287,10 @@ def test_undecodable_event_is_a_violation_and_the_partition_moves_on():
     f = Feed()
     pair.take("events", [f.rec("events", b"\x00\x01", 1), f.rec("events", started(), 2)])
     pair.process(None, 0, 0)
-    warning = orjson.loads(pair.out[0].value)
+    warning = orjson.loads(pair.round.out[0].value)
     assert warning["code"] == "protocol_violation" and warning["rule"] == "malformed_event"
-    assert pair.store.get("t1").status == "active"
-    assert pair.next_offsets == {"events": 2}
+    assert pair.state("t1").status == "active"
+    assert pair.round.offsets == {"events": 2}
 
 
 def test_streaming_deltas_in_an_active_run_skip_parsing():
@@ -262,8 +307,8 @@ def test_streaming_deltas_in_an_active_run_skip_parsing():
         ],
     )
     pair.process(None, 0, 0)
-    assert pair.out == []  # the delta's body is never read: nothing to warn about
-    pair.committed(0)
+    assert pair.round.out == []  # the delta's body is never read: nothing to warn about
+    commit(pair, 0)
     assert (
         sample(registry, "agui_gateway_events_total", agent="bot", type="TEXT_MESSAGE_CONTENT") == 2
     )
@@ -285,19 +330,19 @@ def test_sweep_announces_expiry_once_and_forgets_past_retention():
         ],
     )
     pair.process(None, 0, 0)
-    pair.committed(0)
+    commit(pair, 0)
     pair.sweep(now_ms=5_000)
-    codes = [orjson.loads(r.value)["code"] for r in pair.out]
+    codes = [orjson.loads(r.value)["code"] for r in pair.round.out]
     assert codes == ["interrupt_expired"]
-    pair.committed(0)
+    commit(pair, 0)
     pair.sweep(now_ms=5_100)
-    assert pair.out == []  # announced once
+    assert pair.round.out == []  # announced once
     assert sample(registry, "agui_gateway_interrupts_expired_total", agent="bot") == 1
     # t2 (active, no interrupts) outlives the interrupted t1: t1 goes at expiry + grace
     pair.sweep(now_ms=5_600)
-    assert [r.value for r in pair.changelog_records()] == [None]
-    pair.committed(0)
-    assert pair.store.get("t1") is None and pair.store.get("t2") is not None
+    assert [r.value for r in pair.round.changelog_records()] == [None]
+    commit(pair, 0)
+    assert pair.state("t1") is None and pair.state("t2") is not None
     assert pair.open_interrupts == 0 and pair.thread_count == 1
 
 
@@ -310,10 +355,10 @@ def test_an_oversized_rejected_request_is_referenced_not_copied():
     pair.take("requests", [f.rec("requests", huge, 5)])
     pair.set_fence(0)
     pair.process(0, 0, 0)
-    (rejection,) = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.rejections"]
+    (rejection,) = [orjson.loads(r.value) for r in pair.round.out if r.topic == "agui.rejections"]
     assert rejection["input"] is None and "inputOmitted" in rejection
     assert rejection["source"] == {"topic": "agui.bot.requests", "partition": 0, "offset": 0}
-    assert len(pair.out[0].value) < 100_000
+    assert len(pair.round.out[0].value) < 100_000
 
 
 def test_fast_path_tracks_active_runs_across_batches_and_threads():
@@ -329,14 +374,14 @@ def test_fast_path_tracks_active_runs_across_batches_and_threads():
         ],
     )  # t2 has no run: first_event
     pair.process(None, 0, 0)
-    rules = [orjson.loads(r.value).get("rule") for r in pair.out]
+    rules = [orjson.loads(r.value).get("rule") for r in pair.round.out]
     assert rules == ["first_event"]
     pair.take("events", [f.rec("events", interrupted(), 4), f.rec("events", delta, 5)])
     pair.process(None, 0, 0)
-    rules = [orjson.loads(r.value).get("rule") for r in pair.out]
+    rules = [orjson.loads(r.value).get("rule") for r in pair.round.out]
     assert rules == ["first_event", "event_after_close"]  # t1 closed: the delta is a violation
-    assert pair.next_offsets == {"events": 5}
-    pair.committed(0)
+    assert pair.round.offsets == {"events": 5}
+    commit(pair, 0)
     assert sample(registry, "agui_gateway_events_total", agent="bot", type="TOOL_CALL_ARGS") == 3
 
 
@@ -352,14 +397,14 @@ def test_sweep_goes_in_slices_and_never_overwrites_a_pending_change():
             [f.rec("events", started(), 1, key=f"t{i}"), f.rec("events", done, 2, key=f"t{i}")],
         )
     pair.process(None, 0, 0)
-    pair.committed(0)
+    commit(pair, 0)
     assert pair.sweep(now_ms=2_000, limit=2) is False and pair.sweeping
     # a thread changes while the pass is under way: the sweep must see its new state
     pair.take("events", [f.rec("events", started("r2"), 1_900, key="t4")])
     pair.process(None, 0, 0)
     assert pair.sweep(now_ms=2_000, limit=2) is False
     assert pair.sweep(now_ms=2_000, limit=2) is True and not pair.sweeping
-    deleted = {r.key for r in pair.changelog_records() if r.value is None}
+    deleted = {r.key for r in pair.round.changelog_records() if r.value is None}
     assert deleted == {b"t0", b"t1", b"t2", b"t3"}  # t4 changed at 1.9 s: kept
 
 
@@ -374,12 +419,12 @@ def test_sweep_bounds_the_changes_of_one_call():
             [f.rec("events", started(), 1, key=f"t{i}"), f.rec("events", finished, 2, key=f"t{i}")],
         )
     pair.process(None, 0, 0)
-    pair.committed(0)
+    commit(pair, 0)
     announced = []
     for _ in range(3):
         pair.sweep(now_ms=5_000, limit=1000, max_changes=2)
-        announced.append(sum(1 for r in pair.out if b"interrupt_expired" in r.value))
-        pair.committed(0)
+        announced.append(sum(1 for r in pair.round.out if b"interrupt_expired" in r.value))
+        commit(pair, 0)
     assert announced == [2, 2, 1] and not pair.sweeping
 
 
@@ -402,19 +447,18 @@ def test_values_orjson_cannot_write_are_forwarded_and_remembered_exactly():
     pair.take("requests", [f.rec("requests", body, 3), f.rec("requests", b"[" + body, 4)])
     pair.set_fence(2)
     pair.process(2, 0, 0)
-    forward, rejection = (r for r in pair.out if r.topic != "replies")
+    forward, rejection = (r for r in pair.round.out if r.topic != "replies")
     assert forward.topic == "agui.bot.run-requests"
     assert forward.value == body  # no number altered, no crash on the depth
     assert jsonio.loads(rejection.value)["reasons"][0]["code"] == "malformed_input"
-    (change,) = [r for r in pair.changelog_records() if r.value is not None]
+    (change,) = [r for r in pair.round.changelog_records() if r.value is not None]
     restored = changelog.decode(change.value)
     assert restored.interrupts[0].metadata == {"big": 2**70, "deep": _deep(300)}
 
 
 def test_a_defect_judging_one_request_rejects_it_and_the_partition_moves_on(monkeypatch):
-    import gateway.kafka.pair as pair_module
 
-    real_iso = pair_module.iso
+    real_iso = shaping.iso
     calls = {"n": 0}
 
     def iso_failing_once(ms):
@@ -423,7 +467,7 @@ def test_a_defect_judging_one_request_rejects_it_and_the_partition_moves_on(monk
             raise RuntimeError("boom")
         return real_iso(ms)
 
-    monkeypatch.setattr(pair_module, "iso", iso_failing_once)
+    monkeypatch.setattr(shaping, "iso", iso_failing_once)
     pair, registry = make_pair()
     f = Feed()
     pair.take("events", [f.rec("events", started(), 1), f.rec("events", interrupted(), 2)])
@@ -434,15 +478,15 @@ def test_a_defect_judging_one_request_rejects_it_and_the_partition_moves_on(monk
     # the first request failed after its forward was built: the forward is taken back
     topics = out_topics(pair)
     assert topics == ["agui.rejections", "replies", "agui.bot.run-requests"]
-    rejection = jsonio.loads(pair.out[0].value)
+    rejection = jsonio.loads(pair.round.out[0].value)
     assert [r["code"] for r in rejection["reasons"]] == ["internal_error"]
     assert "RuntimeError: boom" in rejection["reasons"][0]["detail"]
     assert jsonio.loads(rejection["inputText"].encode()) == answer()
     assert rejection["source"] == {"topic": "agui.bot.requests", "partition": 0, "offset": 0}
     # the state was not touched by the failed request: the second answers the interrupt
-    assert jsonio.loads(pair.out[2].value)["runId"] == "r3"
-    assert pair.next_offsets == {"events": 2, "requests": 2}
-    pair.committed(0)
+    assert jsonio.loads(pair.round.out[2].value)["runId"] == "r3"
+    assert pair.round.offsets == {"events": 2, "requests": 2}
+    commit(pair, 0)
     assert (
         sample(registry, "agui_gateway_rejections_total", agent="bot", reason="internal_error") == 1
     )
@@ -471,16 +515,16 @@ def test_a_defect_applying_one_event_is_a_warning_and_leaves_the_state(monkeypat
         ],
     )
     pair.process(None, 0, 0)
-    (warning,) = [jsonio.loads(r.value) for r in pair.out]
+    (warning,) = [jsonio.loads(r.value) for r in pair.round.out]
     assert warning["code"] == "internal_error" and warning["threadId"] == "t1"
     assert "KeyError" in warning["detail"]
-    assert pair.store.get("t1").status == "active"  # as before the failed event
-    assert pair.store.get("t2").status == "active"  # later events still applied
-    assert pair.next_offsets == {"events": 3}
+    assert pair.state("t1").status == "active"  # as before the failed event
+    assert pair.state("t2").status == "active"  # later events still applied
+    assert pair.round.offsets == {"events": 3}
 
 
 def test_a_rejection_with_thousands_of_findings_stays_a_writable_record():
-    from gateway.kafka.pair import MAX_CARRIED_FINDINGS, MAX_RECORD_BYTES
+    from gateway.kafka.shaping import MAX_CARRIED_FINDINGS, MAX_RECORD_BYTES
 
     pair, _ = make_pair()
     f = Feed()
@@ -491,7 +535,7 @@ def test_a_rejection_with_thousands_of_findings_stays_a_writable_record():
     pair.take("requests", [f.rec("requests", request, 3, headers=[("agui-reply-to", b"replies")])])
     pair.set_fence(2)
     pair.process(2, 0, 0)
-    rejection, reply = (r for r in pair.out if r.topic in ("agui.rejections", "replies"))
+    rejection, reply = (r for r in pair.round.out if r.topic in ("agui.rejections", "replies"))
     for record in (rejection, reply):
         assert len(record.value) <= MAX_RECORD_BYTES
         body = jsonio.loads(record.value)
@@ -511,7 +555,7 @@ def test_an_input_that_would_grow_if_written_again_is_forwarded_as_received():
     pair.take("requests", [f.rec("requests", body, 3)])
     pair.set_fence(0)
     pair.process(0, 0, 0)
-    (forward,) = [r for r in pair.out if r.topic == "agui.bot.run-requests"]
+    (forward,) = [r for r in pair.round.out if r.topic == "agui.bot.run-requests"]
     assert forward.value == body
 
 
@@ -532,7 +576,7 @@ def test_forwarded_values_are_the_bytes_received_even_when_members_are_stripped(
         pair.take("requests", [Feed().rec("requests", request, 3)])
         pair.set_fence(0)
         pair.process(0, 0, 0)
-        forwards += [r.value for r in pair.out if r.topic == "agui.bot.run-requests"]
+        forwards += [r.value for r in pair.round.out if r.topic == "agui.bot.run-requests"]
     assert forwards[0] == raw
     assert b'"forwardedProps":{"n":' + EXACT in forwards[1]
     second = jsonio.loads(forwards[1])
@@ -556,7 +600,7 @@ def test_a_rejection_carries_the_input_exactly_and_stays_readable_at_the_depth_l
     )
     pair.set_fence(2)
     pair.process(2, 0, 0)
-    rejections = [r.value for r in pair.out if r.topic in ("agui.rejections", "replies")]
+    rejections = [r.value for r in pair.round.out if r.topic in ("agui.rejections", "replies")]
     assert len(rejections) == 3
     for value in rejections:
         assert isinstance(orjson.loads(value), dict)  # orjson reads it
@@ -574,9 +618,9 @@ def test_an_event_timestamp_beyond_year_9999_does_not_stop_the_pair():
     far = 300_000_000_000_000  # year 11,476
     pair.take("events", [f.rec("events", started(), far, key=None), f.rec("events", started(), 5)])
     pair.process(None, 0, 0)
-    warning = jsonio.loads(pair.out[0].value)
+    warning = jsonio.loads(pair.round.out[0].value)
     assert warning["rule"] == "missing_key" and warning["at"] == f"{far} ms since the epoch"
-    assert pair.store.get("t1").status == "active"
+    assert pair.state("t1").status == "active"
 
 
 def test_a_key_too_long_to_be_a_thread_id_is_refused_and_never_written_back():
@@ -587,11 +631,11 @@ def test_a_key_too_long_to_be_a_thread_id_is_refused_and_never_written_back():
     pair.take("requests", [f.rec("requests", answer(), 2, key=huge)])
     pair.set_fence(1)
     pair.process(1, 0, 0)
-    warning, rejection = pair.out
+    warning, rejection = pair.round.out
     assert warning.key is None and rejection.key is None
     assert "a key of 9,216 bytes" in jsonio.loads(warning.value)["detail"]
     assert jsonio.loads(rejection.value)["reasons"][0]["code"] == "thread_mismatch"
-    assert pair.changelog_records() == []
+    assert pair.round.changelog_records() == []
 
 
 def test_warnings_of_an_aborted_round_are_published_when_it_is_replayed():
@@ -600,12 +644,12 @@ def test_warnings_of_an_aborted_round_are_published_when_it_is_replayed():
     unknown = [f.rec("events", {"type": f"CUSTOM_{n}"}, n) for n in range(5)]
     pair.take("events", unknown)
     pair.process(None, 0, 0)
-    assert len(pair.out) == 5
+    assert len(pair.round.out) == 5
     pair.aborted()
     pair.take("events", unknown)  # read again from the last commit
     pair.process(None, 0, 0)
-    assert len(pair.out) == 5  # not suppressed by the aborted attempt
-    pair.committed(0)
+    assert len(pair.round.out) == 5  # not suppressed by the aborted attempt
+    commit(pair, 0)
     assert (
         sample(
             registry,
@@ -618,7 +662,7 @@ def test_warnings_of_an_aborted_round_are_published_when_it_is_replayed():
 
 
 def test_a_state_too_large_for_one_record_is_written_without_its_schemas():
-    from gateway.kafka.pair import MAX_RECORD_BYTES
+    from gateway.kafka.shaping import MAX_RECORD_BYTES
 
     pair, _ = make_pair()
     f = Feed()
@@ -629,21 +673,20 @@ def test_a_state_too_large_for_one_record_is_written_without_its_schemas():
         item["message"] = "answer me"
     pair.take("events", [f.rec("events", started(), 1), f.rec("events", finished, 2)])
     pair.process(None, 0, 0)
-    (record,) = pair.changelog_records()
+    (record,) = pair.round.changelog_records()
     assert len(record.value) <= MAX_RECORD_BYTES
     written = changelog.decode(record.value)
     assert [(i.id, i.response_schema, i.message) for i in written.interrupts] == [
         ("a", None, "answer me"),
         ("b", None, "answer me"),
     ]
-    assert pair.store.get("t1") == written  # memory judges as a restart would
+    assert pair.state("t1") == written  # memory judges as a restart would
 
 
 def _encode_failing_for(monkeypatch, thread_id: str, from_call: int = 1):
     """changelog.encode raising for one thread's states, from its `from_call`th on."""
-    import gateway.kafka.pair as pair_module
 
-    real = pair_module.changelog.encode
+    real = changelog.encode
     calls = {"n": 0}
 
     def encode(state):
@@ -653,7 +696,7 @@ def _encode_failing_for(monkeypatch, thread_id: str, from_call: int = 1):
                 raise TypeError("cannot encode this state")
         return real(state)
 
-    monkeypatch.setattr(pair_module.changelog, "encode", encode)
+    monkeypatch.setattr(changelog, "encode", encode)
 
 
 def test_a_state_that_cannot_be_encoded_rejects_its_request_and_the_partition_moves_on(
@@ -669,20 +712,20 @@ def test_a_state_that_cannot_be_encoded_rejects_its_request_and_the_partition_mo
     pair.set_fence(2)
     pair.process(2, 0, 0)
     # the answer of t1 built a state that cannot be encoded: rejected, nothing forwarded
-    rejection = jsonio.loads(pair.out[0].value)
-    assert pair.out[0].topic == "agui.rejections"
+    rejection = jsonio.loads(pair.round.out[0].value)
+    assert pair.round.out[0].topic == "agui.rejections"
     assert [r["code"] for r in rejection["reasons"]] == ["internal_error"]
     assert "TypeError: cannot encode this state" in rejection["reasons"][0]["detail"]
     # the partition moves on: the next request (another thread) is judged and forwarded
-    assert [r.key for r in pair.out if r.topic == "agui.bot.run-requests"] == [b"t2"]
-    assert len(pair.store.get("t1").interrupts) == 1  # still open, as before the request
-    assert pair.next_offsets == {"events": 2, "requests": 2}  # the partition moved on
+    assert [r.key for r in pair.round.out if r.topic == "agui.bot.run-requests"] == [b"t2"]
+    assert len(pair.state("t1").interrupts) == 1  # still open, as before the request
+    assert pair.round.offsets == {"events": 2, "requests": 2}  # the partition moved on
     # every changelog record the round writes can be built
     monkeypatch.undo()  # the cached values are used: no encoding when the round commits
-    records = pair.changelog_records()
+    records = pair.round.changelog_records()
     assert [r.key for r in records] == [b"t1", b"t2"]
     assert len(changelog.decode(records[0].value).interrupts) == 1
-    pair.committed(0)
+    commit(pair, 0)
     assert (
         sample(registry, "agui_gateway_rejections_total", agent="bot", reason="internal_error") == 1
     )
@@ -695,10 +738,10 @@ def test_an_event_whose_state_cannot_be_encoded_is_a_warning_and_leaves_the_stat
     bad = f.rec("events", {"type": "RUN_STARTED", "threadId": "t2", "runId": "r9"}, 2, key="t2")
     pair.take("events", [f.rec("events", started(), 1), bad])
     pair.process(None, 0, 0)
-    (warning,) = [jsonio.loads(r.value) for r in pair.out]
+    (warning,) = [jsonio.loads(r.value) for r in pair.round.out]
     assert warning["code"] == "internal_error" and warning["threadId"] == "t2"
-    assert pair.store.get("t2") is None
-    assert [r.key for r in pair.changelog_records()] == [b"t1"]
+    assert pair.state("t2") is None
+    assert [r.key for r in pair.round.changelog_records()] == [b"t1"]
 
 
 BINARY_ID = bytes([0x8F, 0xFF, 0x00, 0x41]) + bytes(range(12))  # 16 bytes, not UTF-8
@@ -729,7 +772,7 @@ def test_a_correlation_id_is_carried_as_received_and_never_dropped(raw, members)
     )
     pair.set_fence(2)
     pair.process(2, 0, 0)
-    outs = [r for r in pair.out if r.topic != "agui.warnings"]
+    outs = [r for r in pair.round.out if r.topic != "agui.warnings"]
     assert [r.topic for r in outs] == [
         "agui.bot.run-requests",
         "replies",
@@ -744,21 +787,22 @@ def test_a_correlation_id_is_carried_as_received_and_never_dropped(raw, members)
 
 
 def test_an_internal_error_rejection_carries_a_binary_correlation_id(monkeypatch):
-    import gateway.kafka.pair as pair_module
+    import gateway.kafka.decide as decide_module
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(pair_module, "judge", boom)
+    monkeypatch.setattr(decide_module, "judge", boom)
     pair, _ = make_pair(wait_s=0.0)
     f = Feed()
     headers = [("agui-correlation-id", BINARY_ID)]
     pair.take("requests", [f.rec("requests", answer(), 3, headers=headers)])
     pair.set_fence(0)
-    pair.process(None, 0, 0)
-    (rejection,) = pair.out
+    pair.process(0, 0, 0)  # the events side is caught up: judged (and the judge fails)
+    (rejection,) = pair.round.out
     assert rejection.headers == [("agui-correlation-id", BINARY_ID)]
     body = jsonio.loads(rejection.value)
+    assert [r["code"] for r in body["reasons"]] == ["internal_error"]
     assert body["correlationIdEncoding"] == "base64"
     assert body["correlationId"] == "j/8AQQABAgMEBQYHCAkKCw=="
 
@@ -776,10 +820,10 @@ def test_a_lifecycle_event_hidden_behind_a_duplicate_type_is_malformed_on_every_
     pair.take("requests", [f.rec("requests", answer(), 30)])
     pair.set_fence(events_end=2)
     pair.process(events_position=2, mono_now=0.0, wall_ms=0)
-    warnings = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.warnings"]
+    warnings = [orjson.loads(r.value) for r in pair.round.out if r.topic == "agui.warnings"]
     assert [(w["code"], w["rule"]) for w in warnings] == [("protocol_violation", "malformed_event")]
     assert "same member twice" in warnings[0]["detail"]
-    rejection = orjson.loads(next(r.value for r in pair.out if r.topic == "agui.rejections"))
+    rejection = orjson.loads(next(r.value for r in pair.round.out if r.topic == "agui.rejections"))
     assert [r["code"] for r in rejection["reasons"]] == ["run_active"]  # the run is still active
 
 
@@ -790,7 +834,7 @@ def test_a_request_naming_a_member_twice_is_malformed_input():
     pair.take("requests", [f.rec("requests", request, 5)])
     pair.set_fence(0)
     pair.process(0, 0, 0)
-    (rejection,) = [orjson.loads(r.value) for r in pair.out if r.topic == "agui.rejections"]
+    (rejection,) = [orjson.loads(r.value) for r in pair.round.out if r.topic == "agui.rejections"]
     assert [r["code"] for r in rejection["reasons"]] == ["malformed_input"]
     assert "same member twice" in rejection["reasons"][0]["detail"]
     assert rejection["inputText"] == request.decode()

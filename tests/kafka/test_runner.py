@@ -17,9 +17,14 @@ from aiokafka.errors import (
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
+import gateway.kafka.assignment as assignment_module
 import gateway.kafka.clients as clients
 import gateway.kafka.runner as runner
-from gateway.kafka.runner import Gateway, PairSlot
+from gateway.kafka import denials
+from gateway.kafka.restore import Restored, Restorer
+from gateway.kafka.round import Round
+from gateway.kafka.runner import Gateway
+from gateway.kafka.slot import PairSlot
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 from gateway.state.store import ThreadStore
@@ -63,12 +68,21 @@ class FakeConsumer:
         self.positions: dict[TopicPartition, int] = {}
         self.committed_offsets: dict[TopicPartition, int] = {}
         self.topics: set[str] = set()
+        # what the consumer's own fetches show: last stable offset and when (wall ms)
+        self.fetched: dict[TopicPartition, tuple[int, int]] = {}
         self._client = SimpleNamespace(
             cluster=SimpleNamespace(
                 internal_topics={"__consumer_offsets", "__transaction_state"},
                 partitions_for_topic=lambda t: {0} if t in self.topics else None,
+                leader_for_partition=lambda tp: 1,
             )
         )
+
+    def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        return self.fetched[tp][0] if tp in self.fetched else None
+
+    def last_poll_timestamp(self, tp: TopicPartition) -> int | None:
+        return self.fetched[tp][1] if tp in self.fetched else None
 
     def _check(self, tp: TopicPartition) -> None:
         if tp not in self.assigned:
@@ -116,8 +130,10 @@ class FakeConsumer:
 class FakeOffsets:
     def __init__(self) -> None:
         self.ends: dict[TopicPartition, int] = {}
+        self.lookups = 0
 
     async def end_offsets(self, partitions):
+        self.lookups += 1
         return {tp: self.ends.get(tp, 0) for tp in partitions}
 
     async def stop(self) -> None:
@@ -210,8 +226,17 @@ class Producers:
         self.consumer = consumer
         self.made: list[FakeProducer] = []
         self.start_failures: dict[str, int] = {}  # transactional id -> starts that fail
+        self.queue: list = []  # producers to hand out next, already started
 
-    def __call__(self, **kwargs) -> FakeProducer:
+    def __call__(self, **kwargs):
+        if self.queue:
+            given = self.queue.pop(0)
+
+            async def started() -> None:
+                pass
+
+            given.start = started
+            return given
         producer = FakeProducer(self.consumer, kwargs["transactional_id"])
         if self.start_failures.get(producer.transactional_id, 0) > 0:
             self.start_failures[producer.transactional_id] -= 1
@@ -224,43 +249,62 @@ class Producers:
         return producer
 
 
+class FakeRestorer:
+    """Restores read an empty log; which pairs were restored is kept."""
+
+    def __init__(self) -> None:
+        self.restored: list[tuple[str, int]] = []
+
+    async def restore(self, topic: str, partition: int) -> Restored:
+        self.restored.append((topic.split(".")[1], partition))
+        return Restored(ThreadStore(), set(), 0)
+
+
 @pytest.fixture
 def gw(monkeypatch):
     """A running gateway on fake clients; agent checks pass and restores read an empty log."""
-    monkeypatch.setattr(runner, "PREPARE_RETRY_S", 0.0)
+    monkeypatch.setattr(assignment_module, "RETRY_S", 0.0)
     g = Gateway(
         Settings(revoke_timeout_s=0.05), Metrics(CollectorRegistry()), wall_clock=lambda: 1000.0
     )
     consumer = FakeConsumer()
-    g.consumer = consumer
-    g.offsets = FakeOffsets()
-    g._running = True
     producers = Producers(consumer)
     monkeypatch.setattr(clients, "AIOKafkaProducer", producers)
+    a = g.compose(consumer, SimpleNamespace(), FakeOffsets())
     g.producers = producers
-    g.restored = []
+    restorer = FakeRestorer()
+    a.preparer.restorer = restorer
+    g.restored = restorer.restored
 
     async def no_check(agent: str) -> None:
         return None
 
-    async def restore(pair) -> None:
-        g.restored.append((pair.agent, pair.partition))
-        pair.load_store(ThreadStore(), set(), 0)
-
-    g._check_agent = no_check
-    g._restore = restore
+    a.preparer.check_agent = no_check
     return g
 
 
 async def assign(g: Gateway, *partitions: TopicPartition) -> None:
     g.consumer.assigned = set(partitions)
-    await g._on_assigned(set(partitions))
+    await g.assignment.assign(set(partitions))
     await settle(g)
 
 
+async def run_round(g: Gateway, batch: dict) -> None:
+    """One round, and the commits it started (they run in the background)."""
+    await g.round(batch)
+    await g.assignment.drain()
+
+
 async def settle(g: Gateway) -> None:
-    while g._restore_tasks:
-        await asyncio.gather(*list(g._restore_tasks))
+    await g.assignment.settled()
+
+
+def producer(g: Gateway, key=("bot", 0)):
+    return g.assignment.checkpoint.producer(key)
+
+
+def gauge(g: Gateway, name: str, **labels) -> float | None:
+    return g.metrics.registry.get_sample_value(f"agui_gateway_{name}", labels)
 
 
 def transactions(g: Gateway, result: str) -> float:
@@ -282,7 +326,7 @@ def with_pending_forward(g: Gateway, slot: PairSlot) -> None:
     slot.pair.take("requests", [rec(rq, 0, 5, ANSWER)])
     slot.pair.set_fence(2)
     slot.pair.process(2, 0.0, 0)
-    assert [r.topic for r in slot.pair.out] == ["agui.bot.run-requests"]
+    assert [r.topic for r in slot.pair.round.out] == ["agui.bot.run-requests"]
 
 
 def forwards(g: Gateway) -> int:
@@ -309,21 +353,21 @@ OWN_TOPICS = [
 @pytest.mark.parametrize("topic", OWN_TOPICS)
 def test_no_reply_goes_to_a_topic_of_the_gateway_for_any_agent(gw, topic):
     gw.consumer.topics = {*OWN_TOPICS, "replies"}
-    assert gw._topic_exists(topic)
-    assert not gw._reply_topic_allowed(topic)
+    assert gw.reply_topics.exists(topic)
+    assert not gw.reply_topics.allowed(topic)
 
 
 def test_a_reply_may_go_to_any_other_existing_topic(gw):
     gw.consumer.topics = {*OWN_TOPICS, "replies", "agui.bot.replies"}
-    assert gw._reply_topic_allowed("replies")
-    assert gw._reply_topic_allowed("agui.bot.replies")
-    assert not gw._reply_topic_allowed("absent")
+    assert gw.reply_topics.allowed("replies")
+    assert gw.reply_topics.allowed("agui.bot.replies")
+    assert not gw.reply_topics.allowed("absent")
 
 
 def test_a_reply_never_goes_to_the_brokers_internal_topics(gw):
     gw.consumer.topics = {"replies", "__consumer_offsets", "__transaction_state"}
-    assert not gw._reply_topic_allowed("__consumer_offsets")
-    assert not gw._reply_topic_allowed("__transaction_state")
+    assert not gw.reply_topics.allowed("__consumer_offsets")
+    assert not gw.reply_topics.allowed("__transaction_state")
 
 
 def test_own_topics_follow_the_configured_templates():
@@ -339,10 +383,10 @@ def test_own_topics_follow_the_configured_templates():
     g = Gateway(s, Metrics(CollectorRegistry()))
     consumer = FakeConsumer()
     consumer.topics = {"in-x", "ask-x", "x.runs", "state.x", "no", "hm", "agui.x.events"}
-    g.consumer = consumer
+    g.reply_topics.consumer = consumer
     for topic in ("in-x", "ask-x", "x.runs", "state.x", "no", "hm"):
-        assert not g._reply_topic_allowed(topic)
-    assert g._reply_topic_allowed("agui.x.events")  # the default template is not in use
+        assert not g.reply_topics.allowed(topic)
+    assert g.reply_topics.allowed("agui.x.events")  # the default template is not in use
 
 
 async def test_a_reply_naming_the_changelog_is_refused_and_warned(gw):
@@ -351,7 +395,7 @@ async def test_a_reply_naming_the_changelog_is_refused_and_warned(gw):
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"agui.bot.gateway-changelog")]))
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"agui.bot.gateway-changelog")]))
     sent = gw.producers.made[0].sent
     assert [t for t, _ in sent].count("agui.bot.run-requests") == 1
     assert not [t for t, v in sent if v and b'"verdict"' in v]  # no reply anywhere
@@ -366,15 +410,15 @@ async def test_a_reply_naming_the_changelog_is_refused_and_warned(gw):
 async def test_a_revoke_that_commits_in_time_keeps_the_pair_for_the_next_assignment(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    await gw._on_revoked({ev, rq})
-    assert gw.slots[("bot", 0)] is slot and not slot.ready
+    await gw.assignment.revoke({ev, rq})
+    assert gw.assignment.slots[("bot", 0)] is slot and not slot.ready
     assert not slot.pair.has_pending()
     assert gw.consumer.committed_offsets == {ev: 2, rq: 1}
     await assign(gw, ev, rq)
     # the same slot and producer, and no restore: its memory matches the commit
-    assert gw.slots[("bot", 0)] is slot and slot.ready
+    assert gw.assignment.slots[("bot", 0)] is slot and slot.ready
     assert gw.restored == [("bot", 0)]
     assert len(gw.producers.made) == 1
     assert forwards(gw) == 1
@@ -383,65 +427,101 @@ async def test_a_revoke_that_commits_in_time_keeps_the_pair_for_the_next_assignm
 async def test_a_commit_that_times_out_on_revoke_drops_the_pair_and_it_is_rebuilt(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    old = gw.slots[("bot", 0)]
+    old = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, old)
-    old_producer = old.producer
+    old_producer = producer(gw)
     old_producer.commit_gate = asyncio.Event()
-    await gw._on_revoked({ev, rq})
-    assert ("bot", 0) not in gw.slots
+    await gw.assignment.revoke({ev, rq})
+    assert ("bot", 0) not in gw.assignment.slots
     ok, details = gw.ready()
     assert not ok and details["dropped"] == ["bot/0"]
-    await asyncio.gather(*list(gw._closers))
+    await settle(gw)
     assert old_producer.stopped
     old_producer.commit_gate.set()  # the cancelled commit still completes
     await asyncio.sleep(0)
     assert gw.consumer.committed_offsets == {ev: 2, rq: 1}
     await assign(gw, ev, rq)
-    new = gw.slots[("bot", 0)]
+    new = gw.assignment.slots[("bot", 0)]
     assert new is not old and new.ready
-    assert new.producer is not old_producer
+    assert producer(gw) is not old_producer
     assert gw.restored == [("bot", 0), ("bot", 0)]
     assert not new.pair.has_pending()
     assert gw.consumer.positions[ev] == 2 and gw.consumer.positions[rq] == 1
     assert gw.ready()[0]
-    await gw._round({})
+    await run_round(gw, {})
     assert forwards(gw) == 1
+
+
+async def test_a_revoke_while_one_commit_hangs_drops_that_pair_only(gw):
+    a_ev, a_rq = tps("bot", 0)
+    b_ev, b_rq = tps("bot", 1)
+    await assign(gw, a_ev, a_rq, b_ev, b_rq)
+    a, b = gw.assignment.slots[("bot", 0)], gw.assignment.slots[("bot", 1)]
+    a_producer, b_producer = producer(gw, a.key), producer(gw, b.key)
+    a_producer.commit_gate = asyncio.Event()
+    a_producer.commit_error = KafkaError("broker gone")
+    gw.offsets.ends = {a_ev: 2, b_ev: 2}
+    gw.consumer.positions.update({a_ev: 2, b_ev: 2})
+    async with gw.assignment.lock:  # as the consumer loop runs it
+        await gw.round({**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)})
+    while b_producer.sent == []:  # b commits in the background; a's commit hangs
+        await asyncio.sleep(0)
+    await gw.assignment.revoke({a_ev, a_rq, b_ev, b_rq})
+    assert list(gw.assignment.slots) == [("bot", 1)] and not b.ready  # b committed in time
+    assert gw.ready()[1]["dropped"] == ["bot/0"]
+    assert not a_producer.stopped  # not while its transaction is under way
+    gw.consumer.assigned = set()  # the rebalance took the partitions
+    a_producer.commit_gate.set()
+    await gw.assignment.drain()  # a's failed commit neither rewinds nor pauses partitions
+    assert not a.ready and not gw.assignment.preparing()  # and a is not prepared again
+    await settle(gw)
+    assert a_producer.stopped and not b_producer.stopped
+    await assign(gw, a_ev, a_rq, b_ev, b_rq)
+    assert gw.assignment.slots[("bot", 0)] is not a and gw.assignment.slots[("bot", 1)] is b
+    assert all(s.ready and not s.pair.has_pending() for s in gw.assignment.slots.values())
+    # a is rebuilt from Kafka; b's memory matches its commit: no restore
+    assert sorted(gw.restored) == [("bot", 0), ("bot", 0), ("bot", 1)]
+    assert gw.ready()[0]
+    assert forwards(gw) == 1  # b's; a's request is decided again by its next owner
 
 
 async def test_a_revoke_while_a_round_hangs_drops_every_revoked_pair(gw):
     a_ev, a_rq = tps("bot", 0)
     b_ev, b_rq = tps("bot", 1)
     await assign(gw, a_ev, a_rq, b_ev, b_rq)
-    a, b = gw.slots[("bot", 0)], gw.slots[("bot", 1)]
-    a.producer.commit_gate = asyncio.Event()
-    a.producer.commit_error = KafkaError("broker gone")
+    a, b = gw.assignment.slots[("bot", 0)], gw.assignment.slots[("bot", 1)]
+    gate = asyncio.Event()
+    looked_up = asyncio.Event()
+    ends = gw.offsets.end_offsets
+
+    async def hanging_lookup(partitions):
+        looked_up.set()
+        await gate.wait()
+        return await ends(partitions)
+
+    gw.offsets.end_offsets = hanging_lookup
     gw.offsets.ends = {a_ev: 2, b_ev: 2}
     gw.consumer.positions.update({a_ev: 2, b_ev: 2})
     batch = {**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)}
-    producers = [a.producer, b.producer]
 
     async def locked_round() -> None:
-        async with gw._lock:  # as the consumer loop runs it
-            await gw._round(batch)
+        async with gw.assignment.lock:  # as the consumer loop runs it
+            await gw.round(batch)
 
     round_ = asyncio.create_task(locked_round())
-    while b.producer.sent == []:  # b commits; a's commit hangs
-        await asyncio.sleep(0)
-    await gw._on_revoked({a_ev, a_rq, b_ev, b_rq})
-    assert gw.slots == {} and gw.by_tp == {}
+    await looked_up.wait()  # the round waits for the fence lookup, holding the lock
+    await gw.assignment.revoke({a_ev, a_rq, b_ev, b_rq})
+    assert gw.assignment.slots == {} and gw.assignment.by_tp == {}
     assert gw.ready()[1]["dropped"] == ["bot/0", "bot/1"]
-    assert not a.producer.stopped  # not while the round is inside its transaction
     gw.consumer.assigned = set()  # the rebalance took the partitions
-    a.producer.commit_gate.set()
-    await round_  # a's failed commit neither rewinds nor pauses partitions it no longer has
-    assert not a.ready and not b.ready
-    assert gw._restore_tasks == set()  # and is not prepared again
-    await asyncio.gather(*list(gw._closers))
-    assert all(p.stopped for p in producers)
+    gate.set()
+    await round_  # the discarded pairs are neither judged nor committed
+    await gw.assignment.drain()
+    assert not a.ready and not b.ready and not gw.assignment.preparing()
+    await settle(gw)
+    assert forwards(gw) == 0 and transactions(gw, "committed") == 0
     await assign(gw, a_ev, a_rq, b_ev, b_rq)
-    assert gw.slots[("bot", 0)] is not a and gw.slots[("bot", 1)] is not b
-    assert all(s.ready and not s.pair.has_pending() for s in gw.slots.values())
-    assert sorted(gw.restored) == [("bot", 0), ("bot", 0), ("bot", 1), ("bot", 1)]
+    assert all(s.ready and not s.pair.has_pending() for s in gw.assignment.slots.values())
     assert gw.ready()[0]
 
 
@@ -465,11 +545,13 @@ async def test_a_failed_transaction_replaces_the_producer_before_processing_resu
     monkeypatch.setattr(runner, "PENDING_LIMIT", 1)
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     broken = fatal_producer(KafkaError("sender died"))
-    slot.producer = broken
+    gw.assignment.checkpoint.detach(slot.key)
+    gw.producers.queue.append(broken)
+    await gw.assignment.checkpoint.open(slot.key)  # as if its producer had failed since
     gw.producers.start_failures["agui-gateway.bot.0"] = 1  # the first replacement fails
-    await gw._round({ev: [rec(ev, 0, 1, STARTED)]})
+    await run_round(gw, {ev: [rec(ev, 0, 1, STARTED)]})
     assert transactions(gw, "aborted") == 1
     assert not slot.ready and ev in gw.consumer.paused
     assert broken._closed
@@ -477,11 +559,11 @@ async def test_a_failed_transaction_replaces_the_producer_before_processing_resu
     assert slot.ready and ev not in gw.consumer.paused
     replacements = gw.producers.made[1:]
     assert len(replacements) == 2 and replacements[0].stopped
-    assert slot.producer is replacements[1] and replacements[1].started
+    assert producer(gw) is replacements[1] and replacements[1].started
     assert gw.consumer.positions[ev] == 0  # rewound: no commit yet
-    await gw._round({ev: [rec(ev, 0, 1, STARTED)]})
+    await run_round(gw, {ev: [rec(ev, 0, 1, STARTED)]})
     assert transactions(gw, "committed") == 1
-    assert [t for t, _ in slot.producer.sent] == ["agui.bot.gateway-changelog"]
+    assert [t for t, _ in producer(gw).sent] == ["agui.bot.gateway-changelog"]
 
 
 async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassigned(gw, monkeypatch):
@@ -489,12 +571,14 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
     ev, rq = tps()
     await assign(gw, ev, rq)
     assert gw.ready()[0]
-    gw.slots[("bot", 0)].producer = fatal_producer(ProducerFenced())
-    await gw._round({ev: [rec(ev, 0, 1, STARTED)]})
+    gw.assignment.checkpoint.detach(("bot", 0))
+    gw.producers.queue.append(fatal_producer(ProducerFenced()))
+    await gw.assignment.checkpoint.open(("bot", 0))
+    await run_round(gw, {ev: [rec(ev, 0, 1, STARTED)]})
     assert transactions(gw, "fenced") == 1 and transactions(gw, "aborted") == 0
-    assert ("bot", 0) not in gw.slots
+    assert ("bot", 0) not in gw.assignment.slots
     assert gw.consumer.paused == {ev, rq}
-    assert gw._restore_tasks == set()  # not taken back from the instance that fenced it
+    assert not gw.assignment.preparing()  # not taken back from the instance that fenced it
     ok, details = gw.ready()
     assert not ok and details["dropped"] == ["bot/0"]
     await assign(gw, ev, rq)
@@ -515,49 +599,49 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
 async def test_a_fenced_commit_is_not_reported_ready(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    slot.producer.commit_error = ProducerFenced()
-    assert not await gw._commit(slot)
-    assert ("bot", 0) not in gw.slots
+    producer(gw).commit_error = ProducerFenced()
+    assert await gw.assignment.commit([slot]) == ([], [])
+    assert ("bot", 0) not in gw.assignment.slots
     assert not gw.ready()[0]
 
 
 async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    slot.producer.commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
-    assert not await gw._commit(slot)
+    producer(gw).commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
+    assert await gw.assignment.commit([slot]) == ([], [slot])
     assert transactions(gw, "aborted") == 1
     ok, details = gw.ready()
     assert not ok and details["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
-    denied = gw.metrics.permission_denied.labels("bot", "Write", "topic agui.bot.run-requests")
-    assert denied._value.get() == 1
-    assert gw._denied_backoff([slot]) == runner.PREPARE_RETRY_S  # not at once
-    gw._start_prepare([slot], after=0.01)
+    labels = {"agent": "bot", "operation": "Write", "resource": "topic agui.bot.run-requests"}
+    assert gauge(gw, "permission_denied", **labels) == 1
+    assert gw.assignment.denials.backoff([slot.key]) == denials.RETRY_S  # not at once
+    gw.assignment.start_prepare([slot], after=0.01)
     await settle(gw)
     assert slot.ready and gw.ready()[1]["denied"] == {
         "bot/0": "Write on topic agui.bot.run-requests"
     }
-    await gw._round(decided_round(ev, rq))  # granted now: the fresh producer commits
+    await run_round(gw, decided_round(ev, rq))  # granted now: the fresh producer commits
     assert transactions(gw, "committed") == 1
-    assert "agui.bot.run-requests" in [t for t, _ in slot.producer.sent]
+    assert "agui.bot.run-requests" in [t for t, _ in producer(gw).sent]
     ok, details = gw.ready()
     assert ok and details["denied"] == {}
-    assert not gw.metrics.permission_denied._metrics  # the series is gone
+    assert gauge(gw, "permission_denied", **labels) is None  # the series is gone
 
 
 async def test_a_denied_pair_that_is_given_up_no_longer_holds_readiness(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    slot.producer.commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
-    assert not await gw._commit(slot)
+    producer(gw).commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
+    assert await gw.assignment.commit([slot]) == ([], [slot])
     assert gw.ready()[1]["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
-    gw._discard(slot)  # e.g. revoked while its commit hung
+    gw.assignment.discard(slot)  # e.g. revoked while its commit hung
     assert gw.ready()[1]["denied"] == {}
     await settle(gw)
     await assign(gw)  # the pair went elsewhere
@@ -571,7 +655,7 @@ async def test_a_pair_that_cannot_be_prepared_does_not_hold_up_the_others(gw):
     tp_list = [*tps("alpha"), *tps("beta")]
     order: list[str] = []
     first: list[str] = []
-    prepare_one = gw._prepare_one
+    prepare_one = gw.assignment.preparer.prepare_one
 
     async def failing_first(slot):
         agent = slot.pair.agent
@@ -581,13 +665,13 @@ async def test_a_pair_that_cannot_be_prepared_does_not_hold_up_the_others(gw):
             raise KafkaError("cannot prepare")
         await prepare_one(slot)
 
-    gw._prepare_one = failing_first
+    gw.assignment.preparer.prepare_one = failing_first
     await assign(gw, *tp_list)
     stuck, other = first[0], ({"alpha", "beta"} - {first[0]}).pop()
     # the other pair was prepared in the first pass, before any retry of the failing one
     assert order[:2] == [stuck, other]
     assert order.count(stuck) == 4 and order.count(other) == 1
-    assert all(s.ready for s in gw.slots.values())
+    assert all(s.ready for s in gw.assignment.slots.values())
 
 
 async def test_an_agent_check_that_fails_does_not_hold_up_other_agents(gw):
@@ -598,28 +682,28 @@ async def test_an_agent_check_that_fails_does_not_hold_up_other_agents(gw):
         checks.append(agent)
         stuck = checks[0]  # whichever agent comes first fails twice
         other = ({"alpha", "beta"} - {stuck}).pop()
-        other_ready.append(gw.slots[(other, 0)].ready)
+        other_ready.append(gw.assignment.slots[(other, 0)].ready)
         if agent == stuck and checks.count(stuck) < 3:
             raise KafkaError("admin unavailable")
 
-    gw._check_agent = check
+    gw.assignment.preparer.check_agent = check
     await assign(gw, *tps("alpha"), *tps("beta"))
     assert sorted(checks.count(a) for a in ("alpha", "beta")) == [1, 3]
     assert other_ready[-1]  # the failing agent's retries happen with the other one serving
-    assert all(s.ready for s in gw.slots.values())
+    assert all(s.ready for s in gw.assignment.slots.values())
 
 
 async def test_a_producer_whose_start_fails_is_stopped(gw):
     ev, rq = tps()
     gw.consumer.assigned = {ev, rq}
-    await gw._on_assigned({ev, rq})
-    for task in list(gw._restore_tasks):
-        task.cancel()
-    slot = gw.slots[("bot", 0)]
     gw.producers.start_failures["agui-gateway.bot.0"] = 1
-    with pytest.raises(KafkaError):
-        await gw._prepare_one(slot)
-    assert slot.producer is None
+    await gw.assignment.assign({ev, rq})
+    while not gw.producers.made:  # the first attempt to prepare the pair
+        await asyncio.sleep(0)
+    gw.assignment.cancel_prepares()
+    await settle(gw)
+    slot = gw.assignment.slots[("bot", 0)]
+    assert not slot.ready and producer(gw) is None
     assert [p.stopped for p in gw.producers.made] == [True]
 
 
@@ -641,12 +725,12 @@ async def test_a_producer_whose_start_is_cancelled_is_stopped(gw, monkeypatch):
         return producer
 
     monkeypatch.setattr(clients, "AIOKafkaProducer", hanging)
-    await gw._on_assigned({ev, rq})
+    await gw.assignment.assign({ev, rq})
     await entered.wait()
-    await gw._on_revoked({ev, rq})
-    await asyncio.gather(*list(gw._restore_tasks), return_exceptions=True)
+    await gw.assignment.revoke({ev, rq})
+    await settle(gw)
     assert len(made) == 1 and made[0].stopped
-    assert gw.slots[("bot", 0)].producer is None
+    assert producer(gw) is None
 
 
 class FakeReader:
@@ -673,19 +757,15 @@ class HangingReader(FakeReader):
 async def test_the_restore_reader_is_stopped_when_its_start_fails(monkeypatch):
     FakeReader.made = []
     monkeypatch.setattr(clients, "AIOKafkaConsumer", FakeReader)
-    g = Gateway(Settings(), Metrics(CollectorRegistry()))
-    pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
     with pytest.raises(KafkaError):
-        await g._restore(pair)
+        await Restorer(Settings()).restore("agui.bot.gateway-changelog", 0)
     assert [r.stopped for r in FakeReader.made] == [True]
 
 
 async def test_the_restore_reader_is_stopped_when_its_start_is_cancelled(monkeypatch):
     FakeReader.made = []
     monkeypatch.setattr(clients, "AIOKafkaConsumer", HangingReader)
-    g = Gateway(Settings(), Metrics(CollectorRegistry()))
-    pair = runner.PartitionPair(g.names.for_agent("bot"), 0, g.context, g.metrics, g.limiter, bool)
-    task = asyncio.create_task(g._restore(pair))
+    task = asyncio.create_task(Restorer(Settings()).restore("agui.bot.gateway-changelog", 0))
     while not FakeReader.made:
         await asyncio.sleep(0)
     await FakeReader.made[0].entered.wait()
@@ -701,31 +781,31 @@ async def test_the_restore_reader_is_stopped_when_its_start_is_cancelled(monkeyp
 async def test_a_defect_building_a_rounds_records_aborts_that_pair_and_the_loop_goes_on(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
 
-    def broken() -> list:
+    def broken(self) -> list:
         raise TypeError("cannot build the changelog")
 
-    slot.pair.changelog_records = broken
     gw.consumer.positions[ev] = 2
     gw.offsets.ends = {ev: 2}
-    await gw._round(decided_round(ev, rq))  # does not raise
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(Round, "changelog_records", broken)
+        await run_round(gw, decided_round(ev, rq))  # does not raise
     assert transactions(gw, "aborted") == 1 and transactions(gw, "committed") == 0
     assert not slot.ready and ev in gw.consumer.paused  # rewound, prepared again
-    del slot.pair.changelog_records
     await settle(gw)
     assert slot.ready and gw.consumer.positions[ev] == 0  # rewound
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq))
+    await run_round(gw, decided_round(ev, rq))
     assert transactions(gw, "committed") == 1 and forwards(gw) == 1
 
 
 async def test_a_failed_round_propagates_its_own_error_and_every_client_is_closed(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    producer = slot.producer
+    made = producer(gw)
     commits: list[PairSlot] = []
 
     async def started() -> None:
@@ -734,64 +814,64 @@ async def test_a_failed_round_propagates_its_own_error_and_every_client_is_close
     async def failing_round(batch) -> None:
         raise RuntimeError("the first error")
 
-    async def commit(s: PairSlot) -> bool:
-        commits.append(s)
+    async def commit(slots: list[PairSlot]) -> tuple:
+        commits.extend(slots)
         raise RuntimeError("a second error")
 
-    gw._start_clients = started
-    gw._round = failing_round
-    gw._commit = commit
+    gw.start = started
+    gw.round = failing_round
+    gw.assignment.commit = commit
     with pytest.raises(RuntimeError, match="the first error") as raised:
         await gw.run(asyncio.Event())
     assert raised.value.__suppress_context__ is False and raised.value.__context__ is None
     assert commits == []  # a failed round's half-built outputs are never committed
-    assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
-    assert gw.slots == {} and not gw._running
+    assert made.stopped and gw.consumer.stopped and gw.offsets.stopped
+    assert gw.assignment.slots == {} and not gw.ready()[1]["running"]
 
 
 async def test_a_failing_final_commit_does_not_stop_the_clients_closing(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    producer = slot.producer
+    made = producer(gw)
 
     async def started() -> None:
         return None
 
-    async def commit(s: PairSlot) -> bool:
+    async def commit(slots: list[PairSlot]) -> tuple:
         raise RuntimeError("commit failed")
 
-    gw._start_clients = started
-    gw._commit = commit
+    gw.start = started
+    gw.assignment.commit = commit
     stop = asyncio.Event()
     stop.set()
     await gw.run(stop)  # a clean stop: the failed final commit is logged, not raised
-    assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
+    assert made.stopped and gw.consumer.stopped and gw.offsets.stopped
 
 
 async def test_a_stop_with_the_broker_unreachable_skips_the_final_commit(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     with_pending_forward(gw, slot)
-    producer = slot.producer
+    made = producer(gw)
     commits: list[PairSlot] = []
 
     async def started() -> None:
         gw.broker.unreachable_after_s = 0.0  # as if no answer came for the whole limit
 
-    async def commit(s: PairSlot) -> bool:
-        commits.append(s)
-        return True
+    async def commit(slots: list[PairSlot]) -> tuple:
+        commits.extend(slots)
+        return [], []
 
-    gw._start_clients = started
-    gw._commit = commit
+    gw.start = started
+    gw.assignment.commit = commit
     stop = asyncio.Event()
     stop.set()
     await gw.run(stop)
     assert commits == []  # it could not commit: the next owner reads it again
-    assert producer.stopped and gw.consumer.stopped and gw.offsets.stopped
+    assert made.stopped and gw.consumer.stopped and gw.offsets.stopped
 
 
 # --- reply topics created just before the request ----------------------------------------
@@ -817,7 +897,7 @@ async def test_a_reply_topic_created_just_before_the_request_gets_its_reply(gw):
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
     sent = gw.producers.made[0].sent
     assert [t for t, _ in sent if t == "fresh-replies"] == ["fresh-replies"]
     assert not [t for t, _ in sent if t == "agui.warnings"]
@@ -834,13 +914,13 @@ async def test_a_reply_topic_that_does_not_exist_is_refreshed_once_then_warned(g
     gw.consumer.positions[ev] = 2
     batch = decided_round(ev, rq, [("agui-reply-to", b"absent")])
     batch[rq].append(rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"absent")]))
-    await gw._round(batch)
+    await run_round(gw, batch)
     warnings = [orjson.loads(v) for t, v in gw.producers.made[0].sent if t == "agui.warnings"]
     assert [w["code"] for w in warnings] == ["reply_topic_unknown"] * 2
     assert calls == [1]  # once for the round, not once per request
     # a known topic, or one of the gateway's own, never costs a refresh
-    await gw._round({rq: [rec(rq, 2, 7, ANSWER, [("agui-reply-to", b"replies")])]})
-    await gw._round({rq: [rec(rq, 3, 8, ANSWER, [("agui-reply-to", b"agui.warnings")])]})
+    await run_round(gw, {rq: [rec(rq, 2, 7, ANSWER, [("agui-reply-to", b"replies")])]})
+    await run_round(gw, {rq: [rec(rq, 3, 8, ANSWER, [("agui-reply-to", b"agui.warnings")])]})
     assert calls == [1]
 
 
@@ -852,7 +932,7 @@ async def test_every_topic_a_round_writes_is_tracked_by_its_producer_before_the_
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"fresh-replies")]))
     producer = gw.producers.made[0]
     written = {t for t, _ in producer.sent}  # each send asserted its topic tracked
     assert {"agui.bot.run-requests", "fresh-replies"} <= written
@@ -860,7 +940,7 @@ async def test_every_topic_a_round_writes_is_tracked_by_its_producer_before_the_
     updates = producer.client.updates
     assert updates > 0
     # topics it already tracks cost no further metadata update
-    await gw._round({rq: [rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"fresh-replies")])]})
+    await run_round(gw, {rq: [rec(rq, 1, 6, ANSWER, [("agui-reply-to", b"fresh-replies")])]})
     assert transactions(gw, "committed") == 2
     assert producer.client.updates == updates
 
@@ -872,16 +952,143 @@ async def test_a_record_the_producer_gives_up_on_aborts_the_transaction(gw):
     await assign(gw, ev, rq)
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
-    slot = gw.slots[("bot", 0)]
+    slot = gw.assignment.slots[("bot", 0)]
     producer = gw.producers.made[0]
     producer.delivery_error = KafkaError("batch expired")
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"replies")]))
     assert transactions(gw, "committed") == 0 and transactions(gw, "aborted") == 1
     assert producer.aborted == 1 and not producer.sent
     assert not slot.ready and ev in gw.consumer.paused  # read again from the last commit
     await settle(gw)
     assert slot.ready
     gw.consumer.positions[ev] = 2
-    await gw._round(decided_round(ev, rq, [("agui-reply-to", b"replies")]))  # a fresh producer
+    await run_round(gw, decided_round(ev, rq, [("agui-reply-to", b"replies")]))  # a fresh producer
     assert transactions(gw, "committed") == 1
     assert forwards(gw) == 1
+
+
+# --- pipelining: judging the next round while one commits ----------------------------------
+
+
+def answer_for(interrupt: str, run: str) -> bytes:
+    return orjson.dumps(
+        {
+            "threadId": "t1",
+            "runId": run,
+            "messages": [],
+            "resume": [{"interruptId": interrupt, "status": "resolved"}],
+        }
+    )
+
+
+async def test_the_next_round_is_judged_while_one_commits_and_both_land_in_order(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    made = producer(gw)
+    made.commit_gate = asyncio.Event()
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    async with gw.assignment.lock:
+        await gw.round(decided_round(ev, rq))  # round 1: forwards the answer; commit waits
+    slot = gw.assignment.slots[("bot", 0)]
+    assert gw.assignment.in_flight(slot) and made.sent == []
+    second = rec(rq, 1, 6, answer_for("a", "r3"))
+    async with gw.assignment.lock:
+        await gw.round({rq: [second]})  # round 2 judged on round 1's uncommitted state
+    assert [r.topic for r in slot.pair.round.out] == ["agui.rejections"]  # already resumed
+    assert made.sent == []  # nothing of either round visible yet
+    made.commit_gate.set()
+    await gw.assignment.drain()  # round 1 lands, and round 2 (decided) follows at once
+    assert [t for t, _ in made.sent if t != "agui.bot.gateway-changelog"] == [
+        "agui.bot.run-requests",
+        "agui.rejections",
+    ]
+    assert gw.consumer.committed_offsets == {ev: 2, rq: 2}
+    assert transactions(gw, "committed") == 2
+
+
+async def test_a_failed_commit_with_a_second_round_pending_rewinds_both(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    made = producer(gw)
+    made.commit_gate = asyncio.Event()
+    made.commit_error = KafkaError("broker gone")
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    async with gw.assignment.lock:
+        await gw.round(decided_round(ev, rq))
+        await gw.round({rq: [rec(rq, 1, 6, answer_for("a", "r3"))]})
+    slot = gw.assignment.slots[("bot", 0)]
+    assert not slot.pair.round.empty()  # the second layer
+    made.commit_gate.set()
+    await gw.assignment.drain()
+    assert transactions(gw, "aborted") == 1 and made.sent == []
+    assert not slot.pair.has_pending()  # both layers forgotten
+    assert gw.consumer.positions[ev] == 0 and gw.consumer.positions[rq] == 0  # rewound
+    await settle(gw)  # prepared again with a fresh producer
+    assert slot.ready and producer(gw) is not made
+    gw.consumer.positions[ev] = 2
+    await run_round(
+        gw,
+        {
+            **decided_round(ev, rq),
+            rq: [rec(rq, 0, 5, ANSWER), rec(rq, 1, 6, answer_for("a", "r3"))],
+        },
+    )
+    # read again from the last commit: each request decided once, nothing lost
+    sent = [t for t, _ in producer(gw).sent if t != "agui.bot.gateway-changelog"]
+    assert sent == ["agui.bot.run-requests", "agui.rejections"]
+    assert gw.consumer.committed_offsets == {ev: 2, rq: 2}
+
+
+async def test_a_slow_commit_holds_back_no_other_pair(gw):
+    a_ev, a_rq = tps("bot", 0)
+    b_ev, b_rq = tps("bot", 1)
+    await assign(gw, a_ev, a_rq, b_ev, b_rq)
+    slow = producer(gw, ("bot", 0))
+    slow.commit_gate = asyncio.Event()
+    gw.offsets.ends = {a_ev: 2, b_ev: 2}
+    gw.consumer.positions.update({a_ev: 2, b_ev: 2})
+    async with gw.assignment.lock:
+        await gw.round({**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)})
+    fast = producer(gw, ("bot", 1))
+    while not fast.sent:
+        await asyncio.sleep(0)
+    async with gw.assignment.lock:  # the loop goes on while a's commit hangs
+        await gw.round({b_rq: [rec(b_rq, 1, 6, answer_for("a", "r3"))]})
+    while len([t for t, _ in fast.sent if t == "agui.rejections"]) < 1:
+        await asyncio.sleep(0)
+    assert slow.sent == [] and gw.consumer.committed_offsets[b_rq] == 2
+    slow.commit_gate.set()
+    await gw.assignment.drain()
+    assert gw.consumer.committed_offsets[a_rq] == 1
+
+
+async def test_the_fence_comes_from_the_fetch_when_it_followed_the_requests(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    gw.consumer.positions[ev] = 2
+    gw.consumer.fetched = {rq: (1, 1000), ev: (2, 1001)}  # events fetched after the request
+    await run_round(gw, decided_round(ev, rq))
+    assert gw.offsets.lookups == 0 and forwards(gw) == 1
+
+
+async def test_a_stale_fetched_fence_falls_back_to_the_lookup(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    gw.consumer.positions[ev] = 2
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.fetched = {rq: (1, 1000), ev: (0, 1000)}  # not after the request: stale
+    await run_round(gw, decided_round(ev, rq))
+    assert gw.offsets.lookups == 1 and forwards(gw) == 1
+
+
+async def test_a_fetched_fence_from_another_leader_is_not_trusted(gw):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    gw.consumer._client.cluster.leader_for_partition = lambda tp: 1 if tp == ev else 2
+    gw.consumer.positions[ev] = 2
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.fetched = {rq: (1, 1000), ev: (2, 5000)}
+    await run_round(gw, decided_round(ev, rq))
+    assert gw.offsets.lookups == 1 and forwards(gw) == 1

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.metrics import MetricWrapperBase
 
+from gateway.observe.gauges import GaugeSnapshot
 from gateway.observe.metrics import AgentDetail, AgentFamily, Metrics
 from gateway.settings import Settings
 from tests.observe import promql
@@ -59,6 +60,18 @@ def _touched_registry(detail: AgentDetail) -> CollectorRegistry:
     """Every metric touched once, through the calls the shell makes, under `detail`."""
     registry = CollectorRegistry()
     metrics = Metrics(registry, detail)
+    # the gauges read at scrape time: one sample of each
+    metrics.gauges.publish(
+        GaugeSnapshot(
+            threads={"x": 1},
+            open_interrupts={"x": 1},
+            restoring=1,
+            refused=("x",),
+            denied=(("x", "x", "x"),),
+            lag={("x", "x"): 1},
+            lag_max={("x", "x"): 1},
+        )
+    )
     for metric in vars(metrics).values():
         if isinstance(metric, AgentFamily):
             child = metric.labels(*["x"] * len(metric.labelnames))

@@ -310,12 +310,13 @@ async def test_metrics_count_exactly_what_the_scenario_implies(ns: Namespace, tm
             s = parse(await asyncio.to_thread(gateway.metrics))
             lag = {
                 k: v
-                for k, v in by(s, "agui_gateway_consumer_lag", ("topic", "partition")).items()
-                if k[0] in topics
+                for k, v in by(s, "agui_gateway_consumer_lag", ("agent", "topic")).items()
+                if k[1] in topics
             }
-            if len(lag) == 4 and not any(lag.values()):
+            if len(lag) == 2 and not any(lag.values()):
                 break
             await asyncio.sleep(0.5)
-        assert lag == {(t, p): 0 for t in topics for p in ("0", "1")}
+        # per agent and topic (summed over partitions), never per partition
+        assert lag == {(AGENT, t): 0 for t in topics}
     finally:
         await gateway.stop()

@@ -1,0 +1,416 @@
+"""Assignment: which pairs this instance holds, and taking them in and out.
+
+`assign` takes an assignment (every pair paused until prepared), `prepare`
+checks each agent, fences zombies (a fresh transactional producer), restores
+state when the committed offsets moved, and lets the pair's partitions flow.
+`revoke` commits what revoked pairs decided and holds them until the next
+assignment; `drop` and `discard` give a pair up. Preparing runs concurrently
+across pairs (restores bounded by the restorer), so a rebalance's cost grows
+with the pairs it moves, not with their square.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from gateway.kafka.checkpoint import Outcome, Strategy, Work, stop_producer
+from gateway.kafka.denials import RETRY_MAX_S, RETRY_S, Denials
+from gateway.kafka.pair import PartitionPair
+from gateway.kafka.prepare import Preparer
+from gateway.kafka.restore import Restorer
+from gateway.kafka.round import Round
+from gateway.kafka.slot import PairKey, PairSlot
+from gateway.kafka.topics import TopicNames
+from gateway.observe.metrics import Metrics
+
+log = logging.getLogger("gateway.runner")
+
+PREPARE_CONCURRENCY = 32  # pairs prepared at once (producer start, offsets, restore)
+
+
+class Assignment:
+    def __init__(
+        self,
+        names: TopicNames,
+        metrics: Metrics,
+        consumer: AIOKafkaConsumer,
+        admin: AIOKafkaAdminClient,
+        checkpoint: Strategy,
+        restorer: Restorer,
+        make_pair: Callable[[str, int], PartitionPair],
+        revoke_timeout_s: float,
+        changed: Callable[[], None] = lambda: None,
+        counted: Callable[[list[Round]], None] = lambda rounds: None,
+    ) -> None:
+        self.names = names
+        self.metrics = metrics
+        self.consumer = consumer
+        self.admin = admin
+        self.checkpoint = checkpoint
+        self.restorer = restorer
+        self.make_pair = make_pair
+        self.revoke_timeout_s = revoke_timeout_s
+        self.changed = changed  # what the gauges show changed
+        self.counted = counted  # rounds committed (their deltas move the gauges)
+        self.lock = asyncio.Lock()  # held by a round, a revoke, a shutdown
+        self.slots: dict[PairKey, PairSlot] = {}
+        self.by_tp: dict[TopicPartition, tuple[PairKey, str]] = {}
+        self.refused: dict[str, str] = {}
+        # Pairs given up (fenced, or revoked mid-round) whose partitions may still be
+        # assigned here, paused: not ready until the next assignment settles them.
+        self.dropped: set[PairKey] = set()
+        self.denials = Denials()
+        self.assigned_once = False
+        self._prepares: set[asyncio.Task[None]] = set()
+        self._closers: set[asyncio.Task[None]] = set()
+        self._inflight: dict[PairKey, asyncio.Task[None]] = {}  # commits under way
+        self._preparing = asyncio.Semaphore(PREPARE_CONCURRENCY)
+        self.preparer = Preparer(
+            names, metrics, consumer, admin, checkpoint, restorer, self.denials
+        )
+
+    # --- what is held ------------------------------------------------------------------------
+
+    def holds(self, slot: PairSlot) -> bool:
+        """Whether the slot is still this instance's current one for its pair."""
+        return self.slots.get(slot.key) is slot
+
+    def slot_for(self, tp: TopicPartition) -> tuple[PairSlot, str] | None:
+        entry = self.by_tp.get(tp)
+        if entry is None:
+            return None
+        slot = self.slots.get(entry[0])
+        return (slot, entry[1]) if slot is not None else None
+
+    def preparing(self) -> bool:
+        return bool(self._prepares)
+
+    # --- rebalancing ----------------------------------------------------------------------
+
+    async def revoke(self, revoked: set[TopicPartition]) -> None:
+        """Commit what the revoked pairs decided, then hold them until the next assignment.
+
+        A pair whose commit does not finish in time, or every revoked pair when the
+        round does not finish in time, is discarded: its transaction may still
+        complete in the background, so its memory can no longer be trusted. A later
+        assignment rebuilds it from Kafka (committed offsets, changelog), and its new
+        producer's initialisation settles that transaction first.
+        """
+        try:
+            await asyncio.wait_for(self.lock.acquire(), timeout=self.revoke_timeout_s)
+        except TimeoutError:
+            log.error(
+                "round did not finish within revoke_timeout_s; dropping the revoked pairs "
+                "(their transaction is aborted when the next owner fences this instance)"
+            )
+            self.cancel_prepares()
+            for slot in self._revoked(revoked):
+                self.discard(slot)
+            self.changed()
+            return
+        try:
+            self.cancel_prepares()
+            for slot in self._revoked(revoked):
+                if slot.ready and slot.pair.has_pending():
+                    try:
+                        await asyncio.wait_for(self.commit([slot]), timeout=self.revoke_timeout_s)
+                    except TimeoutError:
+                        log.error(
+                            "commit on revoke timed out; dropping the pair",
+                            extra={"agent": slot.pair.agent, "partition": slot.pair.partition},
+                        )
+                        self.discard(slot)
+                        continue
+                slot.pair.aborted()  # drop buffers: positions restart at the committed offsets
+                slot.ready = False
+            self.changed()
+        finally:
+            self.lock.release()
+
+    def _revoked(self, revoked: set[TopicPartition]) -> list[PairSlot]:
+        return [s for s in self.slots.values() if set(s.tps()) & revoked]
+
+    async def assign(self, assigned: set[TopicPartition]) -> None:
+        """Take the assignment: every pair stays paused until prepared."""
+        self.assigned_once = True
+        self.dropped.clear()  # settled: rebuilt below if still ours, else gone
+        wanted: dict[PairKey, dict[str, TopicPartition]] = {}
+        for tp in assigned:
+            found = self.names.classify(tp.topic)
+            if found is not None:
+                agent, side = found
+                wanted.setdefault((agent, tp.partition), {})[side] = tp
+        for key in [k for k in self.slots if k not in wanted]:
+            await self.drop(self.slots[key], notify=False)
+        if assigned:
+            self.consumer.pause(*assigned)
+        pending: list[PairSlot] = []
+        for key, sides in wanted.items():
+            slot = self.slots.get(key)
+            if slot is None:
+                slot = PairSlot(self.make_pair(*key), None, None)
+                self.slots[key] = slot
+            slot.events_tp, slot.requests_tp = sides.get("events"), sides.get("requests")
+            for side, tp in sides.items():
+                self.by_tp[tp] = (key, side)
+            slot.ready = False
+            pending.append(slot)
+        if pending:
+            self.start_prepare(pending)
+        self.changed()
+
+    def cancel_prepares(self) -> None:
+        for task in list(self._prepares):
+            task.cancel()
+
+    # --- preparing ---------------------------------------------------------------------------
+
+    def start_prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
+        task = asyncio.create_task(self.prepare(slots, after))
+        self._prepares.add(task)
+        task.add_done_callback(self._prepares.discard)
+
+    async def settled(self) -> None:
+        """Wait until no preparation is under way, nor a given-up producer closing."""
+        while self._prepares or self._closers:
+            await asyncio.gather(*self._prepares, *self._closers, return_exceptions=True)
+
+    async def prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
+        """Check each agent, fence zombies, restore state, then let the pairs' partitions flow.
+
+        Failures are retried with backoff until they succeed or the pairs are revoked:
+        a pair is never processed unprepared, and its partitions stay paused meanwhile.
+        Agents are checked and pairs prepared concurrently: one that keeps failing
+        holds up no other.
+        """
+        if after:
+            await asyncio.sleep(after)
+        delay = RETRY_S
+        refused: dict[str, str] = {}
+        checked: set[str] = set()
+        todo = list(slots)
+        while True:
+            todo = [s for s in todo if self.holds(s) and s.pair.agent not in refused]
+            agents = [a for a in dict.fromkeys(s.pair.agent for s in todo) if a not in checked]
+            found = await asyncio.gather(
+                *(self.preparer.check_agent(a) for a in agents), return_exceptions=True
+            )
+            for agent, why in zip(agents, found, strict=True):
+                if isinstance(why, BaseException):
+                    if not isinstance(why, Exception):
+                        raise why
+                    log.error(
+                        "could not check agent; retrying",
+                        extra={"agent": agent, "error": repr(why), "retry_in_s": delay},
+                    )
+                    for slot in todo:
+                        if slot.pair.agent == agent:
+                            self.denials.note(slot.key, why, "DescribeConfigs", preparing=True)
+                    continue
+                checked.add(agent)
+                if why:
+                    refused[agent] = self.refused[agent] = why
+                    log.error(why, extra={"agent": agent})
+                else:
+                    self.refused.pop(agent, None)
+            todo = [s for s in todo if s.pair.agent not in refused and self.holds(s)]
+            tried = [s for s in todo if s.pair.agent in checked]
+            ok = await asyncio.gather(*(self._prepare_guarded(s, delay) for s in tried))
+            failed = [s for s, done in zip(tried, ok, strict=True) if not done]
+            failed += [s for s in todo if s.pair.agent not in checked]
+            self.changed()
+            if not failed:
+                return
+            todo = failed
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _prepare_guarded(self, slot: PairSlot, delay: float) -> bool:
+        try:
+            async with self._preparing:
+                if self.holds(slot):
+                    await self.preparer.prepare_one(slot)
+            return True
+        except Exception as exc:
+            log.error(
+                "could not prepare pair; retrying",
+                extra={
+                    "agent": slot.pair.agent,
+                    "partition": slot.pair.partition,
+                    "error": repr(exc),
+                    "retry_in_s": delay,
+                },
+            )
+            self.denials.note(slot.key, exc, "Read", preparing=True)
+            return False
+
+    # --- committing ---------------------------------------------------------------------------
+
+    def in_flight(self, slot: PairSlot) -> bool:
+        """Whether the pair's sealed round is being committed."""
+        return slot.key in self._inflight
+
+    def launch(self, slots: list[PairSlot]) -> None:
+        """Seal each pair's open round and commit it in the background.
+
+        The loop goes on judging the next round meanwhile (a second pending layer
+        over the one committing); a pair commits one round at a time, and a slow
+        commit holds back no other pair. When a commit ends with decided requests
+        waiting in the open round, their commit starts at once.
+        """
+        for slot in slots:
+            if self.in_flight(slot) or slot.discarded or not slot.ready:
+                continue
+            if slot.pair.round.empty() or not self.checkpoint.holds(slot.key):
+                continue
+            work = Work(slot.key, slot.pair.seal(), slot.offsets_of(slot.pair.sealed))
+            task = asyncio.create_task(self._commit_in_background(slot, work))
+            self._inflight[slot.key] = task
+            task.add_done_callback(functools.partial(self._landed, slot.key))
+
+    def _landed(self, key: PairKey, task: asyncio.Task[None] | None) -> None:
+        if task is not None and self._inflight.get(key) is task:
+            del self._inflight[key]
+
+    async def _commit_in_background(self, slot: PairSlot, work: Work) -> None:
+        try:
+            done, retry = await self._commit_work(slot, work)
+        except Exception:
+            log.exception("internal error committing a round", extra={"agent": slot.key[0]})
+            return
+        self._landed(slot.key, asyncio.current_task())
+        if retry:
+            self.start_prepare([slot], after=self.denials.backoff([slot.key]))
+        elif done is not None and slot.pair.round.decided_any:
+            self.launch([slot])  # decided requests wait on this commit: at once
+
+    async def drain(self, slots: list[PairSlot] | None = None) -> None:
+        """Wait for the commits under way (of `slots`, or all) to end."""
+        keys = {s.key for s in slots} if slots is not None else None
+        while True:  # a commit that ends with decided requests waiting starts the next
+            tasks = [t for k, t in self._inflight.items() if keys is None or k in keys]
+            if not tasks:
+                return
+            await asyncio.gather(*(asyncio.shield(t) for t in tasks), return_exceptions=True)
+
+    async def commit(self, slots: list[PairSlot]) -> tuple[list[Round], list[PairSlot]]:
+        """Commit each pair's pending rounds now (after any commit under way): the rounds
+        committed, and the pairs that failed and must be prepared again."""
+        await self.drain(slots)
+        todo = [s for s in slots if not s.discarded and self.checkpoint.holds(s.key)]
+        todo = [s for s in todo if not s.pair.round.empty()]
+        works = [Work(s.key, s.pair.seal(), s.offsets_of(s.pair.sealed)) for s in todo]
+        outcomes = await asyncio.gather(
+            *(self._commit_work(s, w) for s, w in zip(todo, works, strict=True))
+        )
+        done = [r for r, _ in outcomes if r is not None]
+        retry = [s for s, (_, again) in zip(todo, outcomes, strict=True) if again]
+        return done, retry
+
+    async def _commit_work(self, slot: PairSlot, work: Work) -> tuple[Round | None, bool]:
+        """Commit one sealed round: (the round, if committed; whether to prepare again).
+
+        A failed transaction leaves the pair not ready and without a producer: the
+        failure may have put that producer in a fatal state where every later
+        transaction fails, so the pair is prepared again with a fresh one (whose
+        initialisation also fences any zombie holding the same transactional id).
+        Both pending layers are forgotten and the pair rewound to the last commit.
+        A fenced pair is dropped: another instance owns it now.
+        """
+        (result,) = await self.checkpoint.commit([work])
+        pair = slot.pair
+        if result.outcome is Outcome.COMMITTED:
+            if self.denials.granted(slot.key):
+                self.changed()
+            slot.committed.update(work.offsets)
+            pair.committed_round(work.round, time.monotonic())
+            self.counted([work.round])
+            return work.round, False
+        pair.aborted()
+        if slot.discarded:
+            return None, False  # its producer is closed by whoever discarded it
+        slot.ready = False
+        self.pause(slot)  # never read past the committed offset
+        if result.outcome is Outcome.FENCED:
+            if self.holds(slot):
+                self.dropped.add(slot.key)
+            await self.drop(slot)
+            return None, False
+        assert result.error is not None
+        if self.denials.note(slot.key, result.error):
+            self.changed()
+        await self.checkpoint.close(slot.key)
+        await self.checkpoint.rewind(slot.tps(), slot.committed)
+        return None, self.holds(slot)
+
+    def pause(self, slot: PairSlot) -> None:
+        assignment = self.consumer.assignment()
+        live = [tp for tp in slot.tps() if tp in assignment]
+        if live:
+            self.consumer.pause(*live)
+
+    # --- giving pairs up -------------------------------------------------------------------
+
+    async def drop(self, slot: PairSlot, notify: bool = True) -> None:
+        if self.holds(slot):
+            del self.slots[slot.key]
+            self.denials.forget(slot.key)
+            for tp in slot.tps():
+                self.by_tp.pop(tp, None)
+            await self.checkpoint.close(slot.key)
+        if notify:
+            self.changed()
+
+    def discard(self, slot: PairSlot) -> None:
+        """Forget a pair entirely; it stays listed as dropped until the next assignment.
+
+        Its producer is closed once its commit under way (if any) ended and no round
+        runs: stopping a producer inside a transaction leaves that await hanging forever.
+        """
+        slot.discarded = True
+        slot.ready = False
+        if not self.holds(slot):
+            return
+        del self.slots[slot.key]
+        self.denials.forget(slot.key)
+        for tp in slot.tps():
+            self.by_tp.pop(tp, None)
+        self.dropped.add(slot.key)
+        producer = self.checkpoint.detach(slot.key)
+        inflight = self._inflight.get(slot.key)
+        closer = asyncio.create_task(self._close_after_round(producer, inflight))
+        self._closers.add(closer)
+        closer.add_done_callback(self._closers.discard)
+
+    async def _close_after_round(
+        self, producer: AIOKafkaProducer | None, inflight: asyncio.Task[None] | None
+    ) -> None:
+        if inflight is not None:  # its transaction may still complete: let it
+            await asyncio.gather(asyncio.shield(inflight), return_exceptions=True)
+        async with self.lock:
+            await stop_producer(producer)
+
+    async def close(self, commit: bool) -> None:
+        """Shutdown: commit what ready pairs decided (only after a clean stop), close
+        every producer. Nothing here raises."""
+        async with self.lock:
+            self.cancel_prepares()
+            await self.drain()  # commits under way end (committed or rewound) first
+            if commit:
+                ready = [s for s in self.slots.values() if s.ready and s.pair.has_pending()]
+                try:
+                    await self.commit(ready)
+                except Exception:
+                    log.exception("final commit failed")
+            await self.checkpoint.close_all()
+            self.slots.clear()
+            self.by_tp.clear()
+        if self._closers:  # producers of pairs given up mid-round: they need the lock
+            await asyncio.gather(*list(self._closers), return_exceptions=True)

@@ -1,0 +1,210 @@
+"""The checkpoint with one transactional producer per instance, fenced by the group (KIP-447).
+
+`producer_scope = "instance"`: every pair's rounds go through one transactional
+producer (two broker connections in all, not two per pair). Rounds asked to
+commit while a transaction is open wait for the next one, which takes them all:
+one transaction covers many pairs' rounds. Its offsets carry the consumer
+group's generation and member id (`groupfence.send_offsets_to_transaction`), so
+a zombie that lost its partitions in a rebalance is refused by the group and can
+only abort; the new owner reads offsets with `require_stable`, never ones a
+pending transaction may still commit (`groupfence.fetch_committed_offsets`). See
+`gateway/kafka/groupfence.py` for the argument.
+
+A failed transaction fails every round in it (each pair is rewound and prepared
+again); the producer is replaced, as it may be in a fatal state. A transaction
+the group refuses reports its rounds as fenced: their pairs wait for the
+rebalance under way, which hands them to their new owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import ProducerFenced
+
+from gateway.kafka import clients, groupfence
+from gateway.kafka.checkpoint import (
+    Outcome,
+    PairKey,
+    Result,
+    Work,
+    fenced_producer,
+    rewind,
+    stable_offsets,
+    stop_producer,
+    track_topics,
+)
+from gateway.observe.metrics import Metrics
+from gateway.settings import Settings
+
+log = logging.getLogger("gateway.checkpoint")
+
+
+class InstanceCheckpoint:
+    def __init__(self, settings: Settings, metrics: Metrics, consumer: AIOKafkaConsumer) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.consumer = consumer
+        self._keys: set[PairKey] = set()
+        self._producer: AIOKafkaProducer | None = None
+        self._starting = asyncio.Lock()
+        self._queue: list[tuple[Work, asyncio.Future[Result]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    # --- the producer -------------------------------------------------------------------
+
+    @property
+    def transactional_id(self) -> str:
+        s = self.settings
+        return f"{s.group_id}.instance.{s.instance_name}"
+
+    def holds(self, key: PairKey) -> bool:
+        return key in self._keys
+
+    def producer(self, key: PairKey) -> AIOKafkaProducer | None:
+        return self._producer if key in self._keys else None
+
+    async def open(self, key: PairKey) -> None:
+        """Take the pair in; start the instance's producer if it has none."""
+        await self._started()
+        self._keys.add(key)
+
+    async def _started(self) -> AIOKafkaProducer:
+        async with self._starting:
+            if self._producer is None:
+                s = self.settings
+                producer = clients.producer(
+                    s,
+                    client_id=f"{s.client_id}-txn",
+                    transactional_id=self.transactional_id,
+                    enable_idempotence=True,
+                    transaction_timeout_ms=s.transaction_timeout_ms,
+                    linger_ms=2,
+                    retry_backoff_ms=10,
+                )
+                try:
+                    await producer.start()  # aborts this instance's dangling transaction
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await producer.stop()
+                    raise
+                self._producer = producer
+            return self._producer
+
+    async def close(self, key: PairKey) -> None:
+        self._keys.discard(key)
+
+    def detach(self, key: PairKey) -> AIOKafkaProducer | None:
+        """The pair leaves; the shared producer stays (nothing of its own to close)."""
+        self._keys.discard(key)
+        return None
+
+    async def close_all(self) -> None:
+        self._keys.clear()
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
+        producer, self._producer = self._producer, None
+        await stop_producer(producer)
+
+    # --- committing ---------------------------------------------------------------------
+
+    async def commit(self, works: Iterable[Work]) -> list[Result]:
+        """Each round's result; rounds asked for together, or while a transaction is
+        open, share the next transaction."""
+        loop = asyncio.get_running_loop()
+        waiting = []
+        for work in works:
+            done: asyncio.Future[Result] = loop.create_future()
+            self._queue.append((work, done))
+            waiting.append(done)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        return list(await asyncio.gather(*(asyncio.shield(w) for w in waiting)))
+
+    async def _write(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                results = await self._transaction([w for w, _ in batch])
+            except BaseException as exc:  # cancelled: the rounds are not committed
+                results = [Result(Outcome.FAILED, exc)] * len(batch)
+                for (_, done), result in zip(batch, results, strict=True):
+                    if not done.done():
+                        done.set_result(result)
+                raise
+            for (_, done), result in zip(batch, results, strict=True):
+                if not done.done():
+                    done.set_result(result)
+
+    async def _transaction(self, asked: list[Work]) -> list[Result]:
+        """One transaction for every round asked (a result each, in order)."""
+        works = [w for w in asked if w.key in self._keys]  # pairs given up meanwhile: not
+        results = await self._write_rounds(works) if works else []
+        by_key = dict(zip((w.key for w in works), results, strict=True))
+        gone = Result(Outcome.FAILED, RuntimeError("the pair was given up"))
+        return [by_key.get(w.key, gone) for w in asked]
+
+    async def _write_rounds(self, works: list[Work]) -> list[Result]:
+        try:
+            producer = await self._started()
+        except Exception as exc:
+            return [Result(Outcome.FAILED, exc) for _ in works]
+        offsets: dict[TopicPartition, int] = {}
+        try:
+            group = groupfence.group_metadata(self.consumer)
+            records = [r for w in works for r in w.round.records()]
+            for w in works:
+                offsets.update(w.offsets)
+            await producer.begin_transaction()
+            await track_topics(producer, {r.topic for r in records})
+            delivered = [
+                await producer.send(
+                    r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition
+                )
+                for r in records
+            ]
+            await groupfence.send_offsets_to_transaction(producer, offsets, group)
+            await asyncio.gather(*delivered)
+            await producer.commit_transaction()
+        except Exception as exc:
+            fenced = isinstance(exc, (groupfence.GroupFenced, ProducerFenced)) or fenced_producer(
+                producer, exc
+            )
+            self.metrics.transactions.labels("fenced" if fenced else "aborted").inc(len(works))
+            log.error(
+                "transaction of %d pairs' rounds failed; they are rewound to the last commit",
+                len(works),
+                extra={"error": repr(exc), "fenced": fenced},
+            )
+            with contextlib.suppress(Exception):
+                await producer.abort_transaction()
+            # the producer may be in a fatal state: a fresh one for the next transaction
+            self._producer = None
+            await stop_producer(producer)
+            outcome = Outcome.FENCED if fenced else Outcome.FAILED
+            return [Result(outcome, exc) for _ in works]
+        self.metrics.transactions.labels("committed").inc(len(works))
+        return [Result(Outcome.COMMITTED) for _ in works]
+
+    # --- offsets --------------------------------------------------------------------------
+
+    async def committed_offsets(
+        self, tps: list[TopicPartition], ours: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
+        """The group's stable committed offsets (never ones a pending transaction of a
+        zombie may still commit), waiting out our own commit's visibility."""
+        timeout_s = self.settings.transaction_timeout_ms / 1000 + 30
+
+        async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+            return await groupfence.fetch_committed_offsets(
+                self.consumer, tp_list, timeout_s=timeout_s
+            )
+
+        return await stable_offsets(fetch, tps, ours)
+
+    async def rewind(self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]) -> None:
+        await rewind(self.consumer, tps, ours)

@@ -1,0 +1,114 @@
+"""Preparing one pair to consume: check its agent, fence zombies, restore, seek, resume.
+
+A pair is never processed unprepared: its partitions stay paused until
+`prepare_one` made it ready. The assignment runs the retries.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import TopicAuthorizationFailedError
+
+from gateway.kafka import clients
+from gateway.kafka.checkpoint import Strategy
+from gateway.kafka.denials import Denials
+from gateway.kafka.restore import Restorer
+from gateway.kafka.slot import PairSlot
+from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
+from gateway.observe.metrics import Metrics
+
+log = logging.getLogger("gateway.runner")
+
+
+class Preparer:
+    def __init__(
+        self,
+        names: TopicNames,
+        metrics: Metrics,
+        consumer: AIOKafkaConsumer,
+        admin: AIOKafkaAdminClient,
+        checkpoint: Strategy,
+        restorer: Restorer,
+        denials: Denials,
+    ) -> None:
+        self.names = names
+        self.metrics = metrics
+        self.consumer = consumer
+        self.admin = admin
+        self.checkpoint = checkpoint
+        self.restorer = restorer
+        self.denials = denials
+
+    async def prepare_one(self, slot: PairSlot) -> None:
+        pair = slot.pair
+        await self.checkpoint.open(slot.key)
+        tps = slot.tps()
+        committed = await self.checkpoint.committed_offsets(tps, slot.committed)
+        still_valid = bool(slot.committed) and all(
+            committed[tp] == slot.committed.get(tp) for tp in tps
+        )
+        if not still_valid:
+            started = time.monotonic()
+            restored = await self.restorer.restore(pair.topics.changelog, pair.partition)
+            pair.load_store(restored.store, restored.active, restored.open_interrupts)
+            self.metrics.state_restore_seconds.observe(time.monotonic() - started)
+        slot.committed = {tp: off for tp, off in committed.items() if off is not None}
+        assignment = self.consumer.assignment()
+        for tp in tps:
+            if tp in slot.committed and tp in assignment:
+                self.consumer.seek(tp, slot.committed[tp])
+        self.metrics.prime_agent(pair.agent)
+        self.denials.granted(slot.key, preparing=True)
+        gc.freeze()  # restored state is long-lived and acyclic: keep it out of GC passes
+        slot.ready = True
+        live = [tp for tp in tps if tp in assignment]
+        if live:
+            self.consumer.resume(*live)
+        log.info(
+            "pair ready",
+            extra={
+                "agent": pair.agent,
+                "partition": pair.partition,
+                "threads": len(pair.store),
+                "restored": not still_valid,
+            },
+        )
+
+    async def check_agent(self, agent: str) -> str | None:
+        """Why an agent must be refused, or None: co-partitioning and its changelog."""
+        topics = self.names.for_agent(agent)
+        events = clients.partitions_for(self.consumer, topics.events)
+        requests = clients.partitions_for(self.consumer, topics.requests)
+        if events and requests and len(events) != len(requests):
+            return (
+                f"{topics.events} has {len(events)} partitions but {topics.requests} has "
+                f"{len(requests)}; co-partitioned topics must have the same count. Agent refused"
+            )
+        await self._check_readable(
+            [t for t, found in ((topics.events, events), (topics.requests, requests)) if not found]
+        )
+        count = len(events or requests or ())
+        reports = await ensure_topics(self.admin, {topics.changelog: (count, changelog_configs())})
+        bad = [r for r in reports if r.action == "mismatch"]
+        if bad:
+            return f"changelog topic {bad[0].topic}: {bad[0].detail}. Agent refused"
+        return None
+
+    async def _check_readable(self, topics: list[str]) -> None:
+        """Raise if Kafka hides one of an agent's consumed topics for want of an ACL.
+
+        A pattern subscription never sees a topic it may not describe: without this
+        the agent would be served on one side only, silently.
+        """
+        if not topics:
+            return
+        for found in await self.admin.describe_topics(topics):
+            if found.get("error_code") == TopicAuthorizationFailedError.errno:
+                denied = TopicAuthorizationFailedError(found["topic"])
+                denied.operation = "Read"  # type: ignore[attr-defined]
+                raise denied

@@ -1,0 +1,81 @@
+"""Restore: read a pair's changelog partition into a fresh thread store.
+
+Each restore reads with a reader of its own, from the beginning to the end
+offset it found at the start, `read_committed`. A few restores run at once
+(bounded), so a rebalance that brings many pairs does not restore them one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+from aiokafka import TopicPartition
+
+from gateway.codec import changelog
+from gateway.core import RunStatus
+from gateway.kafka import clients
+from gateway.settings import Settings
+from gateway.state.store import ThreadStore
+
+CONCURRENT_RESTORES = 4
+
+
+@dataclass
+class Restored:
+    store: ThreadStore
+    active: set[str]  # threads whose run is active
+    open_interrupts: int
+
+
+class Restorer:
+    def __init__(self, settings: Settings, concurrency: int = CONCURRENT_RESTORES) -> None:
+        self.settings = settings
+        self._slots = asyncio.Semaphore(concurrency)
+
+    async def restore(self, topic: str, partition: int) -> Restored:
+        async with self._slots:
+            return await self._read(TopicPartition(topic, partition))
+
+    async def _read(self, tp: TopicPartition) -> Restored:
+        reader = clients.consumer(
+            self.settings,
+            client_id=f"{self.settings.client_id}-restore",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",  # a "latest" reset racing the seek would skip all
+            isolation_level="read_committed",
+            max_poll_records=10000,
+        )
+        try:
+            await reader.start()
+            reader.assign([tp])
+            end = (await reader.end_offsets([tp]))[tp]
+            start = (await reader.beginning_offsets([tp]))[tp]
+            reader.seek(tp, start)
+            store = ThreadStore()  # the pair keeps its old store if this is cancelled
+            hinted: dict[str, tuple[str, int]] = {}
+            while await reader.position(tp) < end:
+                batch = await reader.getmany(tp, timeout_ms=1000)
+                for message in batch.get(tp, ()):
+                    if message.key is None:
+                        continue
+                    thread_id = message.key.decode("utf-8", "replace")
+                    if message.value is None:
+                        store.load(None, thread_id)
+                        hinted.pop(thread_id, None)
+                        continue
+                    hint = changelog.read_hints(message.headers)
+                    store.load(message.value, thread_id)  # with hints: decoded on first read
+                    if hint is None:  # no hints: decode now (None when unreadable)
+                        state = store.get(thread_id)
+                        if state is None:
+                            hinted.pop(thread_id, None)
+                            continue
+                        hint = (str(state.status), len(state.interrupts))
+                    hinted[thread_id] = hint
+            active = {t for t, (status, _) in hinted.items() if status == RunStatus.ACTIVE}
+            return Restored(store, active, sum(n for _, n in hinted.values()))
+        finally:
+            with contextlib.suppress(Exception):  # a close failure costs no restored state
+                await reader.stop()

@@ -1,0 +1,172 @@
+"""One transactional producer per instance (producer_scope = "instance"), on the real broker.
+
+The zombie: an instance whose transaction is held while a rebalance moves on
+(a new generation) commits nothing afterwards: the group refuses its offsets
+(KIP-447), it aborts, and every request is decided exactly once by the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateway.kafka import groupfence
+from gateway.kafka.instancecheckpoint import InstanceCheckpoint
+from gateway.kafka.runner import Gateway
+from gateway.observe.metrics import Metrics
+from gateway.settings import Settings
+from tests.integration.support import Namespace, collect, header, produce
+
+AGENT = "solo"
+KEY = (AGENT, 0)
+
+
+def settings_for(ns: Namespace, name: str) -> Settings:
+    return Settings(
+        bootstrap_servers=ns.bootstrap,
+        group_id=ns.group,
+        events_topic=f"{ns.prefix}.{{agent}}.events",
+        requests_topic=f"{ns.prefix}.{{agent}}.requests",
+        run_requests_topic=f"{ns.prefix}.{{agent}}.run-requests",
+        changelog_topic=f"{ns.prefix}.{{agent}}.gateway-changelog",
+        rejections_topic=ns.rejections,
+        warnings_topic=ns.warnings,
+        discovery_interval_ms=1000,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+        revoke_timeout_s=2,
+        producer_scope="instance",
+        instance_name=name,
+    )
+
+
+def interrupted(thread: str) -> list[tuple[str, dict]]:
+    run = f"{thread}-r1"
+    return [
+        (thread, {"type": "RUN_STARTED", "threadId": thread, "runId": run}),
+        (
+            thread,
+            {
+                "type": "RUN_FINISHED",
+                "threadId": thread,
+                "runId": run,
+                "outcome": {"type": "interrupt", "interrupts": [{"id": "a", "reason": "tool"}]},
+            },
+        ),
+    ]
+
+
+async def send_answer(ns: Namespace, thread: str) -> None:
+    answer = {
+        "threadId": thread,
+        "runId": f"{thread}-r2",
+        "messages": [],
+        "resume": [{"interruptId": "a", "status": "resolved"}],
+    }
+    await produce(
+        ns.bootstrap,
+        ns.requests(AGENT),
+        [(thread, answer)],
+        headers=[("agui-correlation-id", thread.encode())],
+    )
+
+
+async def eventually(check: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Gateway]:
+    gateway = Gateway(settings, Metrics(CollectorRegistry()))
+    stop = asyncio.Event()
+    task = asyncio.create_task(gateway.run(stop))
+    try:
+        yield gateway
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=60)
+
+
+def sample(gateway: Gateway, name: str, **labels: str) -> float:
+    return gateway.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_one_producer_per_instance_decides_each_request_once(kafka_bootstrap: str) -> None:
+    ns = Namespace(kafka_bootstrap)
+    await ns.create_agent(AGENT, partitions=2)
+    threads = [f"t{i}" for i in range(8)]
+    await produce(ns.bootstrap, ns.events(AGENT), [e for t in threads for e in interrupted(t)])
+    async with running(settings_for(ns, "one")) as gateway:
+        await eventually(lambda: gateway.ready()[0], "the gateway ready")
+        assert isinstance(gateway.assignment.checkpoint, InstanceCheckpoint)  # type: ignore[union-attr]
+        for thread in threads:
+            await send_answer(ns, thread)
+        await check_exactly_once(ns, threads)
+        assert sample(gateway, "agui_gateway_transactions_total", result="committed") >= 1
+
+
+async def test_a_zombie_held_across_a_rebalance_is_fenced_by_the_group(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ns = Namespace(kafka_bootstrap)
+    await ns.create_agent(AGENT, partitions=1)
+    threads = [f"t{i}" for i in range(4)]
+    await produce(ns.bootstrap, ns.events(AGENT), [e for t in threads for e in interrupted(t)])
+    real_send_offsets = groupfence.send_offsets_to_transaction
+    held: dict[str, Any] = {"producer": None}
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def send_offsets(producer: Any, offsets: Any, group: Any) -> None:
+        if producer is held["producer"]:  # the zombie: its offsets wait for the rebalance
+            entered.set()
+            await release.wait()
+        await real_send_offsets(producer, offsets, group)
+
+    monkeypatch.setattr(groupfence, "send_offsets_to_transaction", send_offsets)
+    async with running(settings_for(ns, "zombie")) as zombie:
+        await eventually(lambda: zombie.ready()[0], "the first instance ready")
+        slot = zombie.assignment.slots[KEY]  # type: ignore[union-attr]
+        await eventually(lambda: slot.committed.get(slot.events_tp) == 8, "events committed")
+        held["producer"] = zombie.assignment.checkpoint.producer(KEY)  # type: ignore[union-attr]
+        await send_answer(ns, "t0")  # decided; its transaction waits before its offsets
+        await asyncio.wait_for(entered.wait(), timeout=60)
+        # a second instance joins: a new generation; the held work belongs to the old one
+        async with running(settings_for(ns, "owner")) as owner:
+            await eventually(
+                lambda: owner.ready()[1]["assigned"] or zombie.ready()[1]["assigned"] != [],
+                "the rebalance",
+            )
+            await eventually(
+                lambda: (
+                    zombie.assignment.in_flight(slot) is False  # type: ignore[union-attr]
+                    or owner.ready()[0]
+                ),
+                "the partition reassigned",
+            )
+            release.set()  # the zombie's offsets now carry a generation that is over
+            await eventually(
+                lambda: sample(zombie, "agui_gateway_transactions_total", result="fenced") >= 1,
+                "the zombie fenced",
+            )
+            for thread in threads[1:]:
+                await send_answer(ns, thread)
+            await check_exactly_once(ns, threads)
+
+
+async def check_exactly_once(ns: Namespace, threads: list[str]) -> None:
+    forwarded = await collect(
+        ns.bootstrap, ns.run_requests(AGENT), count=len(threads), timeout=90, settle=3.0
+    )
+    seen = Counter(header(r, "agui-correlation-id") for r in forwarded)
+    assert [c for c, n in seen.items() if n > 1] == [], "duplicate forwards"
+    assert set(seen) == set(threads), f"missing {sorted(set(threads) - set(seen))}"

@@ -1,0 +1,168 @@
+"""Rounds judged while the previous round commits, on the real broker.
+
+A commit that fails, or is fenced, while a second round is already judged over
+it must lose and duplicate nothing: both layers are forgotten, the pair is read
+again from the last commit, and each request is decided exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaError
+from prometheus_client import CollectorRegistry
+
+from gateway.kafka import clients
+from gateway.kafka.runner import Gateway
+from gateway.observe.metrics import Metrics
+from gateway.settings import Settings
+from tests.integration.support import Namespace, collect, header, produce
+
+AGENT = "pipe"
+KEY = (AGENT, 0)
+
+
+def settings_for(ns: Namespace) -> Settings:
+    return Settings(
+        bootstrap_servers=ns.bootstrap,
+        group_id=ns.group,
+        events_topic=f"{ns.prefix}.{{agent}}.events",
+        requests_topic=f"{ns.prefix}.{{agent}}.requests",
+        run_requests_topic=f"{ns.prefix}.{{agent}}.run-requests",
+        changelog_topic=f"{ns.prefix}.{{agent}}.gateway-changelog",
+        rejections_topic=ns.rejections,
+        warnings_topic=ns.warnings,
+        discovery_interval_ms=1000,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+    )
+
+
+def interrupted(thread: str) -> list[tuple[str, dict]]:
+    run = f"{thread}-r1"
+    return [
+        (thread, {"type": "RUN_STARTED", "threadId": thread, "runId": run}),
+        (
+            thread,
+            {
+                "type": "RUN_FINISHED",
+                "threadId": thread,
+                "runId": run,
+                "outcome": {"type": "interrupt", "interrupts": [{"id": "a", "reason": "tool"}]},
+            },
+        ),
+    ]
+
+
+async def send_answer(ns: Namespace, thread: str) -> None:
+    answer = {
+        "threadId": thread,
+        "runId": f"{thread}-r2",
+        "messages": [],
+        "resume": [{"interruptId": "a", "status": "resolved"}],
+    }
+    await produce(
+        ns.bootstrap,
+        ns.requests(AGENT),
+        [(thread, answer)],
+        headers=[("agui-correlation-id", thread.encode())],
+    )
+
+
+async def eventually(check: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Gateway]:
+    gateway = Gateway(settings, Metrics(CollectorRegistry()))
+    stop = asyncio.Event()
+    task = asyncio.create_task(gateway.run(stop))
+    try:
+        yield gateway
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=60)
+
+
+def slot_of(gateway: Gateway) -> Any:
+    assert gateway.assignment is not None
+    return gateway.assignment.slots.get(KEY)
+
+
+@pytest.mark.parametrize("failure", ["aborted", "fenced"])
+async def test_a_failed_commit_under_a_second_pending_round_loses_and_duplicates_nothing(
+    kafka_bootstrap: str, failure: str
+) -> None:
+    ns = Namespace(kafka_bootstrap)
+    await ns.create_agent(AGENT, partitions=1)
+    settings = settings_for(ns)
+    threads = [f"t{i}" for i in range(6)]
+    await produce(ns.bootstrap, ns.events(AGENT), [e for t in threads for e in interrupted(t)])
+    async with running(settings) as gateway:
+        await eventually(lambda: gateway.ready()[0], "the gateway ready")
+        await eventually(
+            lambda: slot_of(gateway).committed.get(slot_of(gateway).events_tp) == 12,
+            "the events committed",
+        )
+        assert gateway.assignment is not None
+        producer = gateway.assignment.checkpoint.producer(KEY)
+        assert producer is not None
+        real_commit = producer.commit_transaction
+        entered, release = asyncio.Event(), asyncio.Event()
+
+        async def held_commit() -> None:
+            entered.set()
+            await release.wait()
+            if failure == "aborted":
+                raise KafkaError("injected: the commit failed")
+            # another instance takes the transactional id over: this producer is fenced
+            usurper = clients.producer(settings, transactional_id=f"{settings.group_id}.{AGENT}.0")
+            await usurper.start()
+            await usurper.stop()
+            await real_commit()
+
+        producer.commit_transaction = held_commit  # type: ignore[method-assign]
+        await send_answer(ns, "t0")  # round N: decided, its commit held
+        await asyncio.wait_for(entered.wait(), timeout=60)
+        for thread in threads[1:4]:  # round N+1: judged over round N, not committed
+            await send_answer(ns, thread)
+        await eventually(
+            lambda: slot_of(gateway).pair.round.decided_any, "a second round judged", 60
+        )
+        assert await collect(ns.bootstrap, ns.run_requests(AGENT), timeout=1) == []
+        release.set()
+        if failure == "fenced":
+            # the pair is given up here; a second instance joins and takes it over
+            async with running(settings) as other:
+                for thread in threads[4:]:
+                    await send_answer(ns, thread)
+                await check_exactly_once(ns, threads)
+                assert other.ready()[1]["assigned"] or gateway.ready()[1]["assigned"]
+        else:
+            for thread in threads[4:]:
+                await send_answer(ns, thread)
+            await check_exactly_once(ns, threads)
+            assert gateway.metrics.registry.get_sample_value(
+                "agui_gateway_transactions_total", {"result": "aborted"}
+            )
+
+
+async def check_exactly_once(ns: Namespace, threads: list[str]) -> None:
+    forwarded = await collect(
+        ns.bootstrap, ns.run_requests(AGENT), count=len(threads), timeout=90, settle=3.0
+    )
+    seen = Counter(header(r, "agui-correlation-id") for r in forwarded)
+    assert [c for c, n in seen.items() if n > 1] == [], "duplicate forwards"
+    assert set(seen) == set(threads), f"missing {sorted(set(threads) - set(seen))}"
+    rejected = await collect(ns.bootstrap, ns.rejections, timeout=1)
+    assert rejected == []
