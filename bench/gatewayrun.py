@@ -199,6 +199,8 @@ class InProcessRun:
     rounds: int
     registry: CollectorRegistry
     extra: dict[str, Any] = field(default_factory=dict)
+    commits: int = 0  # rounds committed (each pair's transaction)
+    decided: int = 0  # requests decided in those rounds
 
 
 class Span(Protocol):
@@ -279,6 +281,8 @@ async def run_in_process(
         restore_overlap_seconds=max(0.0, all_ready - gateway.first),
         rounds=gateway.rounds,
         registry=registry,
+        commits=gateway.committed_rounds,
+        decided=gateway.decided,
     )
 
 
