@@ -1,10 +1,10 @@
 """Running the real gateway for a measurement: in this process, or as `agui-gateway run`.
 
-In-process, `TimedGateway` is the service's own `Gateway` with one thin
-observation added around each round: when the first record of a ready pair
-arrived, and when the pairs' committed offsets (what the round's transaction
-committed, `PairSlot.committed`) reached the targets. Nothing the gateway does
-changes; startup, group join and state restore are outside the timed span.
+In-process, `TimedGateway` is the service's own `Gateway` with two thin
+observations: when the first record of a ready pair arrived (around its `round`),
+and when the pairs' committed offsets (what each round's transaction committed,
+reported by `Assignment.observe_commits`) reached the targets. Nothing the gateway
+does changes; startup, group join and state restore are outside the timed span.
 
 As a subprocess, the gateway is exactly what `agui-gateway run` starts; the
 bench watches /readyz and the group's committed offsets from outside.
@@ -27,12 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
 from bench.broker import REPO_ROOT, Admin
+from gateway.kafka.assignment import Assignment
+from gateway.kafka.round import Round
 from gateway.kafka.runner import Gateway
+from gateway.kafka.slot import PairKey, PairSlot
 from gateway.kafka.topics import agent_topic_layout
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
@@ -105,6 +109,12 @@ async def create_topics(
 
 
 class TimedGateway(Gateway):
+    """The service's `Gateway`, observed at two points through its public interface:
+    `round` (the loop's per-round step) notes when the first record of a ready pair
+    arrived, and `Assignment.observe_commits` notes each committed round's offsets,
+    so the end is the moment the commit reaching the targets landed (commits run in
+    the background while the next round is judged)."""
+
     def __init__(
         self,
         settings: Settings,
@@ -123,29 +133,52 @@ class TimedGateway(Gateway):
         self.armed = True  # records count only once armed
         self.targets_final = True  # targets are checked only once they are all known
         self.rounds = 0
+        self.committed_rounds = 0
+        self.decided = 0  # requests decided in committed rounds
+        self.committed: dict[TopicPartition, int] = {}  # as the commits reported them
+
+    def compose(
+        self, consumer: AIOKafkaConsumer, admin: AIOKafkaAdminClient, offsets: AIOKafkaConsumer
+    ) -> Assignment:
+        assignment = super().compose(consumer, admin, offsets)
+        assignment.observe_commits(self._committed)
+        return assignment
+
+    def held(self) -> dict[PairKey, PairSlot]:
+        return self.assignment.slots if self.assignment is not None else {}
 
     def all_ready(self) -> bool:
-        return bool(self.slots) and all(s.ready for s in self.slots.values())
+        slots = self.held()
+        return bool(slots) and all(s.ready for s in slots.values())
 
-    async def _round(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        if batch and self.armed and self.all_ready_at is None:
+    async def round(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        if batch and self.armed and self.all_ready_at is None and self.assignment is not None:
             for tp, messages in batch.items():
-                entry = self.by_tp.get(tp)
-                slot = self.slots.get(entry[0]) if entry else None
-                if messages and slot is not None and slot.ready:
+                found = self.assignment.slot_for(tp)
+                if messages and found is not None and found[0].ready:
                     self.records_before_all_ready += len(messages)
-                    if self.first is None:
-                        self.first = time.perf_counter()
-                        if self.span is not None:
-                            self.span.start()
-        elif self.first is None and batch and self.armed:
-            self.first = time.perf_counter()
-            if self.span is not None:
-                self.span.start()
-        await super()._round(batch)
+                    self._start()
+        elif batch and self.armed:
+            self._start()
+        await super().round(batch)
         self.rounds += 1
         if self.all_ready_at is None and self.all_ready():
             self.all_ready_at = time.perf_counter()
+
+    def _start(self) -> None:
+        if self.first is None:
+            self.first = time.perf_counter()
+            if self.span is not None:
+                self.span.start()
+
+    def _committed(self, slot: PairSlot, done: Round) -> None:
+        self.committed_rounds += 1
+        self.decided += len(done.decided)
+        self.committed.update(slot.committed)
+        self.check()
+
+    def check(self) -> None:
+        """Mark the end once armed, with every target known and committed."""
         if self.done_at is None and self.armed and self.targets_final and self.reached():
             self.done_at = time.perf_counter()
             if self.span is not None:
@@ -153,9 +186,7 @@ class TimedGateway(Gateway):
             self.done.set()
 
     def reached(self) -> bool:
-        committed: dict[TopicPartition, int] = {}
-        for slot in self.slots.values():
-            committed.update(slot.committed)
+        committed = self.committed
         return all(committed.get(tp, -1) >= end for tp, end in self.targets.items())
 
 
@@ -168,6 +199,8 @@ class InProcessRun:
     rounds: int
     registry: CollectorRegistry
     extra: dict[str, Any] = field(default_factory=dict)
+    commits: int = 0  # rounds committed (each pair's transaction)
+    decided: int = 0  # requests decided in those rounds
 
 
 class Span(Protocol):
@@ -217,6 +250,7 @@ async def run_in_process(
             gateway.armed = True
             gateway.targets.update(await when_ready())
             gateway.targets_final = True
+            gateway.check()  # everything may have committed already
         finished, _ = await asyncio.wait(
             {task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
         )
@@ -224,9 +258,7 @@ async def run_in_process(
             task.result()  # raises what the gateway raised
             raise RuntimeError("the gateway stopped before reaching the end of its input")
         if waiter not in finished:
-            committed = {
-                str(tp): off for s in gateway.slots.values() for tp, off in s.committed.items()
-            }
+            committed = {str(tp): off for tp, off in gateway.committed.items()}
             raise TimeoutError(
                 f"gateway did not commit to the end within {timeout} s: committed "
                 f"{committed}, targets { {str(k): v for k, v in targets.items()} }"
@@ -249,6 +281,8 @@ async def run_in_process(
         restore_overlap_seconds=max(0.0, all_ready - gateway.first),
         rounds=gateway.rounds,
         registry=registry,
+        commits=gateway.committed_rounds,
+        decided=gateway.decided,
     )
 
 

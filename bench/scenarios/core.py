@@ -6,9 +6,9 @@
 - `apply_event`: events/s over the events workload (decoded dicts, state
   carried per thread), overall, for lifecycle events only and for deltas.
 - `PartitionPair` without Kafka: records/s through `take` + `process` +
-  the round's bookkeeping (changelog encoding, `committed`), in rounds of the
-  gateway's `max_poll_records`: the processing ceiling before any client or
-  broker cost.
+  the round's bookkeeping as a commit does it (`seal`, the round's `records()`
+  with its changelog encoding, `committed_round`), in rounds of the gateway's
+  `max_poll_records`: the processing ceiling before any client or broker cost.
 """
 
 from __future__ import annotations
@@ -104,6 +104,14 @@ def _fresh_pair(gateway: Gateway) -> PartitionPair:
     )
 
 
+def _commit(pair: PartitionPair) -> None:
+    """What a committed round costs the pair: seal it, build the records its transaction
+    writes (outputs, changelog), fold it into the committed store."""
+    done = pair.seal()
+    done.records()
+    pair.committed_round(done, time.monotonic())
+
+
 def _pair_events_rate(ctx: Context, records: list[InRecord]) -> float:
     settings = make_settings(Names("x", "x", "x"), ctx.bootstrap)
     gateway = Gateway(settings, Metrics(CollectorRegistry()))
@@ -115,8 +123,7 @@ def _pair_events_rate(ctx: Context, records: list[InRecord]) -> float:
         for start in range(0, len(records), per_round):
             pair.take("events", records[start : start + per_round])
             pair.process(None, time.monotonic(), wall)
-            pair.changelog_records()
-            pair.committed(time.monotonic())
+            _commit(pair)
 
     return _rate(work, len(records), ctx.size.core_seconds)
 
@@ -150,14 +157,12 @@ def _pair_decisions_rate(ctx: Context) -> tuple[float, int]:
         wall = int(time.time() * 1000)
         pair.take("events", events)
         pair.process(None, time.monotonic(), wall)
-        pair.changelog_records()
-        pair.committed(time.monotonic())
+        _commit(pair)
         for start in range(0, len(requests), per_round):
             pair.take("requests", requests[start : start + per_round])
             pair.set_fence(len(events))
             pair.process(len(events), time.monotonic(), wall)
-            pair.changelog_records()
-            pair.committed(time.monotonic())
+            _commit(pair)
 
     # the events part is a few thousand lifecycle events: small next to the requests
     return _rate(work, len(requests), ctx.size.core_seconds), len(requests)

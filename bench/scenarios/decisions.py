@@ -183,6 +183,8 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
                 "gateway_startup_seconds": round(result.startup_seconds, 3),
                 "gateway_restore_overlap_seconds": round(result.restore_overlap_seconds, 3),
                 "gateway_rounds": result.rounds,
+                "gateway_commits": result.commits,
+                "gateway_decided_in_commits": result.decided,
                 "transactions": counter_total(
                     result.registry, "agui_gateway_transactions", result="committed"
                 ),

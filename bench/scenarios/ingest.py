@@ -190,6 +190,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
                 "gateway_restore_overlap_seconds": round(result.restore_overlap_seconds, 3),
                 "gateway_records_before_all_ready": result.records_before,
                 "gateway_rounds": result.rounds,
+                "gateway_commits": result.commits,
                 "transactions": counter_total(
                     result.registry, "agui_gateway_transactions", result="committed"
                 ),

@@ -1,14 +1,15 @@
 """4. Restore: the gateway rebuilding its state from the changelog, against a raw read of it.
 
 A changelog of N threads (a share of them with open interrupts) is made by
-the gateway's own `PartitionPair.changelog_records()` (values from
-`gateway.codec.changelog.encode`, with whatever headers the gateway writes)
+the gateway's own `Round.changelog_records()` (each state put into a pair's
+open round as the gateway puts it; values from `gateway.codec.changelog.encode`,
+with whatever headers the gateway writes)
 and produced, in transactions as the gateway writes it, to a compacted topic
 laid out as the gateway's own. Then,
 partition by partition as the gateway prepares its pairs:
 
-- gateway: `Gateway._restore(pair)` (its restore consumer, decoding each value
-  and loading the store);
+- gateway: what preparing a pair does, `Restorer.restore` (its restore consumer,
+  decoding each value as it does) then `PartitionPair.load_store`;
 - baseline: a raw consumer with the same settings reading the same partition
   from its beginning to its end, no decoding.
 
@@ -35,6 +36,7 @@ from bench.report import Figure, best, figure
 from bench.workload import Ids, idle_thread_events, interrupted_thread_events, iso, partition_for
 from gateway.core import ThreadState, apply_event
 from gateway.kafka.pair import PartitionPair
+from gateway.kafka.restore import Restorer
 from gateway.kafka.runner import Gateway
 from gateway.kafka.topics import changelog_configs
 from gateway.observe.metrics import Metrics
@@ -62,7 +64,7 @@ def states(threads: int, interrupt_share: float, seed: int) -> list[ThreadState]
 
 
 async def raw_read(bootstrap: str, topic: str, partitions: int) -> tuple[float, int]:
-    """Read every partition as `_restore` does, without decoding. (seconds, records)."""
+    """Read every partition as `Restorer.restore` does, without decoding. (seconds, records)."""
     records = 0
     started = time.perf_counter()
     for partition in range(partitions):
@@ -105,10 +107,10 @@ def changelog_records(
     """The changelog records the gateway itself writes for these states."""
     pairs = [_pair(gateway, p) for p in range(partitions)]
     for state in built:
-        pairs[partition_for(state.thread_id.encode(), partitions)].store.put(state)
+        pairs[partition_for(state.thread_id.encode(), partitions)].round.put(None, state)
     out = []
     for pair in pairs:
-        for r in pair.changelog_records():
+        for r in pair.round.changelog_records():
             assert r.key is not None and r.partition == pair.partition
             out.append((pair.partition, r.key, r.value, list(r.headers)))
     return out
@@ -119,10 +121,12 @@ async def gateway_restore(
 ) -> tuple[float, int]:
     """Seconds to restore every partition (and with read_all, to read every thread)."""
     threads = 0
+    restorer = Restorer(gateway.settings)
     started = time.perf_counter()
     for partition in range(partitions):
         pair = _pair(gateway, partition)
-        await gateway._restore(pair)
+        restored = await restorer.restore(pair.topics.changelog, partition)
+        pair.load_store(restored.store, restored.active, restored.open_interrupts)
         threads += len(pair.store)
         if read_all:
             for _ in pair.store.committed():

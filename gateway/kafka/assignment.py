@@ -59,6 +59,8 @@ class Assignment:
         self.revoke_timeout_s = revoke_timeout_s
         self.changed = changed  # what the gauges show changed
         self.counted = counted  # rounds committed (their deltas move the gauges)
+        # Observers of committed rounds: see `observe_commits`.
+        self._commit_observers: list[Callable[[PairSlot, Round], None]] = []
         self.lock = asyncio.Lock()  # held by a round, a revoke, a shutdown
         self.slots: dict[PairKey, PairSlot] = {}
         self.by_tp: dict[TopicPartition, tuple[PairKey, str]] = {}
@@ -91,6 +93,16 @@ class Assignment:
 
     def preparing(self) -> bool:
         return bool(self._prepares)
+
+    def observe_commits(self, observer: Callable[[PairSlot, Round], None]) -> None:
+        """Call `observer(slot, round)` each time a pair's round has committed.
+
+        It runs right after the transaction committed, once `slot.committed` holds the
+        offsets the round consumed up to; `round.decided` lists the requests it decided.
+        For watching from outside (the benchmark times commits with it): the gateway
+        never uses it itself, and an observer that raises is logged, never fails the round.
+        """
+        self._commit_observers.append(observer)
 
     # --- rebalancing ----------------------------------------------------------------------
 
@@ -332,6 +344,11 @@ class Assignment:
             slot.committed.update(work.offsets)
             pair.committed_round(work.round, time.monotonic())
             self.counted([work.round])
+            for observer in self._commit_observers:
+                try:
+                    observer(slot, work.round)
+                except Exception:
+                    log.exception("a commit observer failed")
             return work.round, False
         pair.aborted()
         if slot.discarded:
