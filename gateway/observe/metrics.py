@@ -249,7 +249,8 @@ class Metrics:
         self.transactions = counter("transactions", "Transactions, by result.", ("result",))
         self.merge_wait_expired = agent_counter(
             "merge_wait_expired",
-            "Requests judged after waiting merge_max_wait_ms for a lagging events side.",
+            "Requests rejected as events_lagging after waiting merge_max_wait_ms for a lagging "
+            "events side.",
         )
         self.reply_topic_refreshes = counter(
             "reply_topic_refreshes",
