@@ -25,6 +25,7 @@ from typing import Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
+from gateway.codec.records import OutRecord
 from gateway.kafka import clients
 from gateway.kafka.round import Round
 from gateway.observe.metrics import Metrics
@@ -159,14 +160,7 @@ class Checkpoint:
             # Building the records is inside: a defect there aborts this pair's round
             # (it is read again from the last commit), it never escapes the loop.
             records = work.round.records()
-            await producer.begin_transaction()
-            await track_topics(producer, {r.topic for r in records})
-            delivered = [
-                await producer.send(
-                    r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition
-                )
-                for r in records
-            ]
+            delivered = await begin_and_send(producer, records)
             if work.offsets:
                 await producer.send_offsets_to_transaction(work.offsets, self.settings.group_id)
             # A record the producer gave up on does not fail the transaction by itself:
@@ -250,6 +244,21 @@ async def rewind(
             consumer.seek(tp, offset)
         else:
             await consumer.seek_to_beginning(tp)
+
+
+async def begin_and_send(
+    producer: AIOKafkaProducer, records: list[OutRecord]
+) -> list[asyncio.Future[object]]:
+    """Begin a transaction and send `records` in it, every topic tracked first; the
+    delivery futures, each to be checked before the commit."""
+    await producer.begin_transaction()
+    await track_topics(producer, {r.topic for r in records})
+    return [
+        await producer.send(
+            r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition
+        )
+        for r in records
+    ]
 
 
 async def track_topics(producer: AIOKafkaProducer, topics: set[str]) -> None:

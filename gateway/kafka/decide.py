@@ -10,8 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.codec.jsonio import forwarded
-from gateway.codec.records import NOT_DECODED, InRecord, Undecodable, decode_json
+from gateway.codec.records import (
+    NOT_DECODED,
+    InRecord,
+    Undecodable,
+    decode_json,
+    forward_bytes,
+)
 from gateway.core import Decision, Policy, Reason, ThreadState, Verdict, judge
 from gateway.core.findings import Finding
 from gateway.kafka import shaping
@@ -53,11 +58,11 @@ def decide(
             decision, new = judge(state, raw, now_ms, policy, thread_id)
     forward: bytes | None = None
     if decision.verdict is Verdict.FORWARD:
-        # the bytes received, less what was stripped: every value exactly as sent
-        forward = forwarded(record.value or b"", list(decision.removed), decision.input)
-        if len(forward) > shaping.MAX_RECORD_BYTES:
-            decision = shaping.too_large(decision, len(forward))
-            forward, new = None, None  # not forwarded: nothing to remember
+        # the bytes received, less what was stripped (every value exactly as sent), or
+        # input_too_large: the same function as `check`
+        decision, forward = forward_bytes(decision, record.value or b"")
+        if forward is None:
+            new = None  # not forwarded: nothing to remember
     return Decided(decision, state, new, forward, raw)
 
 

@@ -32,11 +32,11 @@ from gateway.kafka.checkpoint import (
     PairKey,
     Result,
     Work,
+    begin_and_send,
     fenced_producer,
     rewind,
     stable_offsets,
     stop_producer,
-    track_topics,
 )
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
@@ -159,14 +159,7 @@ class InstanceCheckpoint:
             records = [r for w in works for r in w.round.records()]
             for w in works:
                 offsets.update(w.offsets)
-            await producer.begin_transaction()
-            await track_topics(producer, {r.topic for r in records})
-            delivered = [
-                await producer.send(
-                    r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition
-                )
-                for r in records
-            ]
+            delivered = await begin_and_send(producer, records)
             await groupfence.send_offsets_to_transaction(producer, offsets, group)
             await asyncio.gather(*delivered)
             await producer.commit_transaction()

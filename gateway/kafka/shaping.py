@@ -15,6 +15,7 @@ from typing import Any
 from gateway.codec import changelog
 from gateway.codec.records import (
     HEADER_CORRELATION_ID,
+    MAX_RECORD_BYTES,
     InRecord,
     OutRecord,
     correlation,
@@ -31,7 +32,6 @@ from gateway.core.findings import Finding
 MAX_CARRIED_INPUT = 512 * 1024
 # Every record the gateway writes stays under the producer's and the broker's default
 # limit (1 MiB): a record Kafka refuses would abort the round again and again.
-MAX_RECORD_BYTES = 1_000_000
 # What a record carries of the findings: the first few, each string bounded.
 MAX_CARRIED_FINDINGS = 50
 MAX_FINDING_TEXT = 1_000
@@ -112,21 +112,6 @@ def correlation_headers(record: InRecord) -> Headers:
     """The correlation id header, carried exactly as received onto every output."""
     correlation_id = record.header_bytes(HEADER_CORRELATION_ID)
     return [(HEADER_CORRELATION_ID, correlation_id)] if correlation_id is not None else []
-
-
-def too_large(decision: Decision, size: int) -> Decision:
-    reason = Finding(
-        str(Reason.INPUT_TOO_LARGE),
-        f"the input to forward is {size:,} bytes, over the {MAX_RECORD_BYTES:,} a record the "
-        "gateway writes may have",
-    )
-    return Decision(
-        Verdict.REJECT,
-        reasons=(reason,),
-        warnings=decision.warnings,
-        thread_id=decision.thread_id,
-        run_id=decision.run_id,
-    )
 
 
 def reply_body(

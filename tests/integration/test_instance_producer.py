@@ -8,20 +8,16 @@ The zombie: an instance whose transaction is held while a rebalance moves on
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from gateway.kafka import groupfence
 from gateway.kafka.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.runner import Gateway
-from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
+from tests.integration.inprocess import eventually, interrupted, running, send_answer
 from tests.integration.support import Namespace, collect, header, produce
 
 AGENT = "solo"
@@ -47,56 +43,6 @@ def settings_for(ns: Namespace, name: str) -> Settings:
     )
 
 
-def interrupted(thread: str) -> list[tuple[str, dict]]:
-    run = f"{thread}-r1"
-    return [
-        (thread, {"type": "RUN_STARTED", "threadId": thread, "runId": run}),
-        (
-            thread,
-            {
-                "type": "RUN_FINISHED",
-                "threadId": thread,
-                "runId": run,
-                "outcome": {"type": "interrupt", "interrupts": [{"id": "a", "reason": "tool"}]},
-            },
-        ),
-    ]
-
-
-async def send_answer(ns: Namespace, thread: str) -> None:
-    answer = {
-        "threadId": thread,
-        "runId": f"{thread}-r2",
-        "messages": [],
-        "resume": [{"interruptId": "a", "status": "resolved"}],
-    }
-    await produce(
-        ns.bootstrap,
-        ns.requests(AGENT),
-        [(thread, answer)],
-        headers=[("agui-correlation-id", thread.encode())],
-    )
-
-
-async def eventually(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-@contextlib.asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Gateway]:
-    gateway = Gateway(settings, Metrics(CollectorRegistry()))
-    stop = asyncio.Event()
-    task = asyncio.create_task(gateway.run(stop))
-    try:
-        yield gateway
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=60)
-
-
 def sample(gateway: Gateway, name: str, **labels: str) -> float:
     return gateway.metrics.registry.get_sample_value(name, labels) or 0.0
 
@@ -110,7 +56,7 @@ async def test_one_producer_per_instance_decides_each_request_once(kafka_bootstr
         await eventually(lambda: gateway.ready()[0], "the gateway ready")
         assert isinstance(gateway.assignment.checkpoint, InstanceCheckpoint)  # type: ignore[union-attr]
         for thread in threads:
-            await send_answer(ns, thread)
+            await send_answer(ns, AGENT, thread)
         await check_exactly_once(ns, threads)
         assert sample(gateway, "agui_gateway_transactions_total", result="committed") >= 1
 
@@ -138,7 +84,7 @@ async def test_a_zombie_held_across_a_rebalance_is_fenced_by_the_group(
         slot = zombie.assignment.slots[KEY]  # type: ignore[union-attr]
         await eventually(lambda: slot.committed.get(slot.events_tp) == 8, "events committed")
         held["producer"] = zombie.assignment.checkpoint.producer(KEY)  # type: ignore[union-attr]
-        await send_answer(ns, "t0")  # decided; its transaction waits before its offsets
+        await send_answer(ns, AGENT, "t0")  # decided; its transaction waits before its offsets
         await asyncio.wait_for(entered.wait(), timeout=60)
         # a second instance joins: a new generation; the held work belongs to the old one
         async with running(settings_for(ns, "owner")) as owner:
@@ -159,7 +105,7 @@ async def test_a_zombie_held_across_a_rebalance_is_fenced_by_the_group(
                 "the zombie fenced",
             )
             for thread in threads[1:]:
-                await send_answer(ns, thread)
+                await send_answer(ns, AGENT, thread)
             await check_exactly_once(ns, threads)
 
 

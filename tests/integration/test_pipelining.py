@@ -8,20 +8,16 @@ again from the last commit, and each request is decided exactly once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiokafka.errors import KafkaError
-from prometheus_client import CollectorRegistry
 
 from gateway.kafka import clients
 from gateway.kafka.runner import Gateway
-from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
+from tests.integration.inprocess import eventually, interrupted, running, send_answer
 from tests.integration.support import Namespace, collect, header, produce
 
 AGENT = "pipe"
@@ -42,56 +38,6 @@ def settings_for(ns: Namespace) -> Settings:
         session_timeout_ms=6000,
         heartbeat_interval_ms=500,
     )
-
-
-def interrupted(thread: str) -> list[tuple[str, dict]]:
-    run = f"{thread}-r1"
-    return [
-        (thread, {"type": "RUN_STARTED", "threadId": thread, "runId": run}),
-        (
-            thread,
-            {
-                "type": "RUN_FINISHED",
-                "threadId": thread,
-                "runId": run,
-                "outcome": {"type": "interrupt", "interrupts": [{"id": "a", "reason": "tool"}]},
-            },
-        ),
-    ]
-
-
-async def send_answer(ns: Namespace, thread: str) -> None:
-    answer = {
-        "threadId": thread,
-        "runId": f"{thread}-r2",
-        "messages": [],
-        "resume": [{"interruptId": "a", "status": "resolved"}],
-    }
-    await produce(
-        ns.bootstrap,
-        ns.requests(AGENT),
-        [(thread, answer)],
-        headers=[("agui-correlation-id", thread.encode())],
-    )
-
-
-async def eventually(check: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
-@contextlib.asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Gateway]:
-    gateway = Gateway(settings, Metrics(CollectorRegistry()))
-    stop = asyncio.Event()
-    task = asyncio.create_task(gateway.run(stop))
-    try:
-        yield gateway
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=60)
 
 
 def slot_of(gateway: Gateway) -> Any:
@@ -132,10 +78,10 @@ async def test_a_failed_commit_under_a_second_pending_round_loses_and_duplicates
             await real_commit()
 
         producer.commit_transaction = held_commit  # type: ignore[method-assign]
-        await send_answer(ns, "t0")  # round N: decided, its commit held
+        await send_answer(ns, AGENT, "t0")  # round N: decided, its commit held
         await asyncio.wait_for(entered.wait(), timeout=60)
         for thread in threads[1:4]:  # round N+1: judged over round N, not committed
-            await send_answer(ns, thread)
+            await send_answer(ns, AGENT, thread)
         await eventually(
             lambda: slot_of(gateway).pair.round.decided_any, "a second round judged", 60
         )
@@ -145,12 +91,12 @@ async def test_a_failed_commit_under_a_second_pending_round_loses_and_duplicates
             # the pair is given up here; a second instance joins and takes it over
             async with running(settings) as other:
                 for thread in threads[4:]:
-                    await send_answer(ns, thread)
+                    await send_answer(ns, AGENT, thread)
                 await check_exactly_once(ns, threads)
                 assert other.ready()[1]["assigned"] or gateway.ready()[1]["assigned"]
         else:
             for thread in threads[4:]:
-                await send_answer(ns, thread)
+                await send_answer(ns, AGENT, thread)
             await check_exactly_once(ns, threads)
             assert gateway.metrics.registry.get_sample_value(
                 "agui_gateway_transactions_total", {"result": "aborted"}
