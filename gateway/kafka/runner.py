@@ -19,6 +19,7 @@ is due. Its cost follows the pairs that have records, not the pairs assigned.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import time
@@ -28,6 +29,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord
 
 from gateway.kafka import clients
@@ -293,7 +295,8 @@ class Gateway:
             slot, side = found
             if not slot.ready:
                 # fetched just before the pause took effect: read these again once ready
-                self.consumer.seek(tp, messages[0].offset)
+                with contextlib.suppress(IllegalStateError):  # not the consumer's any more
+                    self.consumer.seek(tp, messages[0].offset)
                 continue
             slot.pair.take(side, messages, mono)
             self.busy[slot.key] = slot
@@ -314,7 +317,14 @@ class Gateway:
             if slot.pair.has_work():
                 position: int | None = 0  # no events topic: nothing to wait for
                 if slot.events_tp is not None and slot.pair.requests:
-                    position = await self.consumer.position(slot.events_tp)
+                    try:
+                        position = await self.consumer.position(slot.events_tp)
+                    except IllegalStateError:
+                        # The consumer let its partitions go before the rebalance that
+                        # revokes them (aiokafka does so when a pattern subscription
+                        # grows): nothing is judged; the revoke, or the pair again once
+                        # reassigned, takes it from the last commit.
+                        continue
                 slot.pair.process(position, mono, wall_ms)
         self._sweep(ready, mono, wall_ms)
         # Committed in the background: the next round is judged meanwhile. A failed

@@ -1092,3 +1092,23 @@ async def test_a_fetched_fence_from_another_leader_is_not_trusted(gw):
     gw.consumer.fetched = {rq: (1, 1000), ev: (2, 5000)}
     await run_round(gw, decided_round(ev, rq))
     assert gw.offsets.lookups == 1 and forwards(gw) == 1
+
+
+# --- a pattern subscription that grows ------------------------------------------------------
+
+
+async def test_a_subscription_reset_before_the_revoke_judges_nothing_and_does_not_fail(gw):
+    """aiokafka drops a pattern subscription's assignment as soon as a new topic matches,
+    before the rebalance that revokes the pairs: a round in between must not fail the loop
+    (it did: IllegalStateError ended the gateway), and judges nothing it cannot fence."""
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    await run_round(gw, {ev: [rec(ev, 0, 1, STARTED), rec(ev, 1, 2, INTERRUPTED)]})
+    gw.consumer.positions[ev] = 2
+    gw.consumer.assigned = set()  # the subscription changed; the revoke has not come yet
+    await run_round(gw, {rq: [rec(rq, 0, 5, ANSWER)]})
+    assert forwards(gw) == 0  # not judged without knowing how far its events were read
+    gw.consumer.assigned = {ev, rq}  # the rebalance gives the pair back
+    await run_round(gw, {})
+    await run_round(gw, {})
+    assert forwards(gw) == 1
