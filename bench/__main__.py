@@ -68,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
         help="share of runs on the events topic ending in interrupts (default 0.3)",
     )
     p.add_argument(
+        "--fleet-producer-scope",
+        choices=("pair", "instance"),
+        default="pair",
+        help="the fleet's gateway setting producer_scope (default pair, the gateway's default)",
+    )
+    p.add_argument(
         "--fleet",
         metavar="N,N,...",
         help="fleet sizes in agents (4 partitions each), e.g. 1,10,50,200,1000 "
@@ -175,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=args.profile,
         work=work,
         fleet=fleet,
+        fleet_producer_scope=args.fleet_producer_scope,
     )
     counting = _configure_logs(work)
     source_at_start = source_version(brokers.REPO_ROOT)

@@ -119,6 +119,7 @@ class Context:
     profile: bool
     work: Path  # scratch dir (gateway logs, profiles in progress)
     fleet: tuple[int, ...] = ()  # --fleet: fleet sizes instead of the size's own
+    fleet_producer_scope: str = "pair"  # --fleet-producer-scope: the fleet gateway's setting
 
     def log(self, message: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -130,4 +131,5 @@ class Context:
             "interrupt_share": self.interrupt_share,
             "namespace": self.namespace,
             "fleet": list(self.fleet or self.size.fleet_agents),
+            "fleet_producer_scope": self.fleet_producer_scope,
         }

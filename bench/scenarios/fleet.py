@@ -266,6 +266,7 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
         if size.fleet_discovery_ms is not None:
             settings["discovery_interval_ms"] = size.fleet_discovery_ms
         out["discovery_interval_ms"] = size.fleet_discovery_ms or "default"
+        settings["producer_scope"] = out["producer_scope"] = ctx.fleet_producer_scope
         gateway = GatewayProcess(settings, ctx.work / f"gateway-fleet-{agents}.log")
         gateway.start()
         try:
