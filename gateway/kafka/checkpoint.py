@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from gateway.codec.records import OutRecord
-from gateway.kafka import clients
+from gateway.kafka import clients, groupfence
 from gateway.kafka.round import Round
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
@@ -192,11 +192,21 @@ class Checkpoint:
     async def committed_offsets(
         self, tps: list[TopicPartition], ours: dict[TopicPartition, int]
     ) -> dict[TopicPartition, int | None]:
-        """The group's committed offsets, waiting out our own commit's visibility."""
+        """The group's stable committed offsets, waiting out our own commit's visibility.
+
+        Stable (OffsetFetch `require_stable`, KIP-447): offsets that a transaction still
+        being completed will commit are waited for, never read as they were before it.
+        The pair's producer was opened before (fencing the previous owner's producer),
+        but the broker completes that producer's last transaction asynchronously: after
+        a broker restart, a plain fetch could return the offsets from before it and the
+        pair would decide its records a second time.
+        """
+        timeout_s = self.settings.transaction_timeout_ms / 1000 + 30
 
         async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-            found = await asyncio.gather(*(self.consumer.committed(tp) for tp in tp_list))
-            return dict(zip(tp_list, found, strict=True))
+            return await groupfence.fetch_committed_offsets(
+                self.consumer, tp_list, timeout_s=timeout_s
+            )
 
         return await stable_offsets(fetch, tps, ours)
 

@@ -208,6 +208,9 @@ async def test_two_instances_split_partitions_and_survive_rebalance(ns, tmp_path
     try:
         assigned = []
         for gw in (a, b):
+            # a re-prepares the pairs it keeps after the rebalance (stable offsets wait
+            # for its own last transaction): ready again soon, not at b's first ready
+            await gw.wait_ready(60)
             status, body = gw.http("/readyz")
             assert status == 200, body
             assigned.append(set(orjson.loads(body)["assigned"]))
