@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 
 from gateway.codec.records import OutRecord
-from gateway.kafka import clients, groupfence
+from gateway.kafka import clients, groupfence, hanging
 from gateway.kafka.round import Round
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
@@ -70,8 +70,17 @@ class Strategy(Protocol):
     async def close_all(self) -> None: ...
     async def commit(self, works: Iterable[Work]) -> list[Result]: ...
     async def committed_offsets(
-        self, tps: list[TopicPartition], ours: dict[TopicPartition, int]
+        self,
+        tps: list[TopicPartition],
+        ours: dict[TopicPartition, int],
+        timeout_s: float | None = None,
     ) -> dict[TopicPartition, int | None]: ...
+    async def sweep(
+        self,
+        key: PairKey,
+        partitions: list[TopicPartition],
+        offsets: dict[TopicPartition, int],
+    ) -> list[TopicPartition] | None: ...
     async def rewind(
         self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]
     ) -> None: ...
@@ -190,7 +199,10 @@ class Checkpoint:
     # --- offsets --------------------------------------------------------------------------
 
     async def committed_offsets(
-        self, tps: list[TopicPartition], ours: dict[TopicPartition, int]
+        self,
+        tps: list[TopicPartition],
+        ours: dict[TopicPartition, int],
+        timeout_s: float | None = None,
     ) -> dict[TopicPartition, int | None]:
         """The group's stable committed offsets, waiting out our own commit's visibility.
 
@@ -199,9 +211,10 @@ class Checkpoint:
         The pair's producer was opened before (fencing the previous owner's producer),
         but the broker completes that producer's last transaction asynchronously: after
         a broker restart, a plain fetch could return the offsets from before it and the
-        pair would decide its records a second time.
+        pair would decide its records a second time. Raises `OffsetsUnstable` after
+        `timeout_s` (by default longer than a transaction may stay open).
         """
-        timeout_s = self.settings.transaction_timeout_ms / 1000 + 30
+        timeout_s = timeout_s or self.settings.transaction_timeout_ms / 1000 + 30
 
         async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
             return await groupfence.fetch_committed_offsets(
@@ -209,6 +222,19 @@ class Checkpoint:
             )
 
         return await stable_offsets(fetch, tps, ours)
+
+    async def sweep(
+        self,
+        key: PairKey,
+        partitions: list[TopicPartition],
+        offsets: dict[TopicPartition, int],
+    ) -> list[TopicPartition] | None:
+        """Abort what a hanging transaction of the pair's own transactional id left
+        (see `hanging`); the partitions swept, None without a producer."""
+        producer = self._producers.get(key)
+        if producer is None:
+            return None
+        return await hanging.sweep(producer, partitions, offsets, self.settings.group_id)
 
     async def rewind(self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]) -> None:
         await rewind(self.consumer, tps, ours)

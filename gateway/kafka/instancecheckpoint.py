@@ -186,11 +186,14 @@ class InstanceCheckpoint:
     # --- offsets --------------------------------------------------------------------------
 
     async def committed_offsets(
-        self, tps: list[TopicPartition], ours: dict[TopicPartition, int]
+        self,
+        tps: list[TopicPartition],
+        ours: dict[TopicPartition, int],
+        timeout_s: float | None = None,
     ) -> dict[TopicPartition, int | None]:
         """The group's stable committed offsets (never ones a pending transaction of a
         zombie may still commit), waiting out our own commit's visibility."""
-        timeout_s = self.settings.transaction_timeout_ms / 1000 + 30
+        timeout_s = timeout_s or self.settings.transaction_timeout_ms / 1000 + 30
 
         async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
             return await groupfence.fetch_committed_offsets(
@@ -198,6 +201,16 @@ class InstanceCheckpoint:
             )
 
         return await stable_offsets(fetch, tps, ours)
+
+    async def sweep(
+        self,
+        key: PairKey,
+        partitions: list[TopicPartition],
+        offsets: dict[TopicPartition, int],
+    ) -> list[TopicPartition] | None:
+        """Never: the instance's producer is shared by every pair (an abort would take
+        other pairs' rounds with it), and pending offsets may be another instance's."""
+        return None
 
     async def rewind(self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]) -> None:
         await rewind(self.consumer, tps, ours)

@@ -10,13 +10,14 @@ import gc
 import logging
 import time
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from gateway.kafka import clients
+from gateway.kafka import clients, hanging
 from gateway.kafka.checkpoint import Strategy
 from gateway.kafka.denials import Denials
+from gateway.kafka.groupfence import OffsetsUnstable
 from gateway.kafka.restore import Restorer
 from gateway.kafka.slot import PairSlot
 from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
@@ -48,7 +49,7 @@ class Preparer:
         pair = slot.pair
         await self.checkpoint.open(slot.key)
         tps = slot.tps()
-        committed = await self.checkpoint.committed_offsets(tps, slot.committed)
+        committed = await self.committed_offsets(slot, tps)
         still_valid = bool(slot.committed) and all(
             committed[tp] == slot.committed.get(tp) for tp in tps
         )
@@ -78,6 +79,41 @@ class Preparer:
                 "restored": not still_valid,
             },
         )
+
+    async def committed_offsets(
+        self, slot: PairSlot, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        """The pair's stable committed offsets, sweeping a hanging transaction of its
+        own if they stay pending (see `hanging`)."""
+        try:
+            return await self.checkpoint.committed_offsets(
+                tps, slot.committed, timeout_s=hanging.SUSPECT_AFTER_S
+            )
+        except OffsetsUnstable as exc:
+            pending = str(exc)
+        agent, partition = slot.key
+        topics = slot.pair.topics
+        offsets = {tp: slot.committed.get(tp, 0) for tp in tps}
+        partitions = hanging.written_partitions(
+            lambda topic: clients.partitions_for(self.consumer, topic),
+            [topics.run_requests, *self.names.shared_outputs()],
+            [TopicPartition(topics.changelog, partition)],
+        )
+        swept = await self.checkpoint.sweep(slot.key, partitions, offsets)
+        where = {"agent": agent, "partition": partition, "pending": pending}
+        if swept is None:
+            log.error(
+                "committed offsets held by a transaction this instance cannot abort; "
+                "waiting for the broker (see the README: hanging transactions)",
+                extra=where,
+            )
+        else:
+            log.warning(
+                "committed offsets held by a hanging transaction of this pair's "
+                "transactional id; aborted it",
+                extra={**where, "partitions": len(swept)},
+            )
+        return await self.checkpoint.committed_offsets(tps, slot.committed)
 
     async def check_agent(self, agent: str) -> str | None:
         """Why an agent must be refused, or None: co-partitioning and its changelog."""

@@ -43,6 +43,12 @@ class TopicNames:
             changelog=s.topic(s.changelog_topic, agent),
         )
 
+    def shared_outputs(self) -> list[str]:
+        """The topics every pair writes besides its agent's own: rejections, warnings
+        and the edge's replies (reply topics named by requests are not known ahead)."""
+        s = self._settings
+        return [s.rejections_topic, s.warnings_topic, s.edge_reply_topic]
+
     def classify(self, topic: str) -> tuple[str, str] | None:
         """(agent, "events"|"requests") for a consumed topic, else None."""
         match = self._events.match(topic)

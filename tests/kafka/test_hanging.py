@@ -1,0 +1,169 @@
+"""Hanging transactions, against the real broker.
+
+A hanging transaction is made on purpose: a TxnOffsetCommit sent after its
+transaction ended, accepted only while the broker does not verify transactional
+partitions (KIP-890), which these tests switch off for a moment. Its offsets then
+stay pending for ever, as after the broker defect `gateway.kafka.hanging` describes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.client import CoordinationType
+
+from gateway.kafka import clients, groupfence, hanging
+from gateway.kafka.groupfence import GroupMetadata, OffsetsUnstable
+from gateway.settings import Settings
+from tests.integration.conftest import (  # noqa: F401  (the fixtures)
+    CreateTopics,
+    create_topics,
+    kafka_admin,
+    kafka_bootstrap,
+    unique_name,
+)
+from tests.integration.support import GatewayProcess, Namespace, produce
+from tests.integration.test_gateway_durability import (
+    AGENT,
+    assert_exactly_once,
+    send_requests,
+    thread_events,
+)
+
+pytestmark = pytest.mark.integration
+
+VERIFICATION = "transaction.partition.verification.enable"
+
+
+def test_a_pair_writes_every_partition_of_spread_topics_and_its_own_changelog_partition() -> None:
+    known = {"run": {0, 1, 2}, "rejections": {0, 1}}
+    found = hanging.written_partitions(
+        known.get, ["run", "rejections", "absent"], [TopicPartition("changelog", 1)]
+    )
+    assert found == sorted(
+        [TopicPartition("changelog", 1)]
+        + [TopicPartition("run", p) for p in (0, 1, 2)]
+        + [TopicPartition("rejections", p) for p in (0, 1)]
+    )
+
+
+@contextlib.asynccontextmanager
+async def verification_off(settings: Settings) -> AsyncIterator[None]:
+    """The broker accepts transactional writes it cannot verify, for a moment."""
+    admin = clients.admin(settings)
+    await admin.start()
+    try:
+        broker = str(next(iter(admin._client.cluster.brokers())).nodeId)
+
+        async def set_to(value: str) -> None:
+            resource = ConfigResource(ConfigResourceType.BROKER, broker, {VERIFICATION: value})
+            for response in await admin.alter_configs([resource]):
+                assert all(r[0] == 0 for r in response.resources), response
+
+        await set_to("false")
+        try:
+            await asyncio.sleep(1)  # a dynamic config reaches the request handlers
+            yield
+        finally:
+            await set_to("true")
+    finally:
+        await admin.close()
+
+
+async def committed(
+    settings: Settings, group: str, tp: TopicPartition, timeout_s: float
+) -> int | None:
+    consumer: AIOKafkaConsumer = clients.consumer(settings, group_id=group)
+    await consumer.start()
+    try:
+        return (await groupfence.fetch_committed_offsets(consumer, [tp], timeout_s=timeout_s))[tp]
+    finally:
+        await consumer.stop()
+
+
+async def hang(
+    settings: Settings, transactional_id: str, group: str, tp: TopicPartition, at: int, pending: int
+) -> None:
+    """Commit `at` for `tp` in a transaction of `transactional_id`, then leave `pending`
+    hanging under the same producer id and epoch."""
+    producer = clients.producer(
+        settings, transactional_id=transactional_id, enable_idempotence=True
+    )
+    await producer.start()
+    try:
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction({tp: at}, group)
+        assert await committed(settings, group, tp, 30) == at  # its marker is applied
+        txn = producer._txn_manager
+        late = groupfence.TxnOffsetCommitRequestV3(
+            transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            GroupMetadata(group, -1, ""),
+            {tp: (pending, "")},
+        )
+        async with verification_off(settings):
+            node = await producer.client.coordinator_lookup(CoordinationType.GROUP, group)
+            answer = await producer.client.send(node, late)
+        assert [p[1] for t in answer.topics for p in t[1]] == [0], answer
+    finally:
+        await producer.stop()
+    with pytest.raises(OffsetsUnstable):
+        await committed(settings, group, tp, 3)
+
+
+async def test_a_sweep_aborts_what_a_hanging_transaction_of_the_same_id_left(
+    kafka_bootstrap: str,  # noqa: F811
+    create_topics: CreateTopics,  # noqa: F811
+    unique_name: Callable[[str], str],  # noqa: F811
+) -> None:
+    settings = Settings(bootstrap_servers=kafka_bootstrap)
+    source, output = unique_name("hang-in"), unique_name("hang-out")
+    group, transactional_id = unique_name("hang-group"), unique_name("hang-txn")
+    await create_topics([source, output])
+    tp = TopicPartition(source, 0)
+    await hang(settings, transactional_id, group, tp, at=3, pending=7)
+
+    producer = clients.producer(
+        settings, transactional_id=transactional_id, enable_idempotence=True
+    )
+    await producer.start()
+    try:
+        swept = await hanging.sweep(producer, [TopicPartition(output, 0)], {tp: 3}, group)
+        assert swept == [TopicPartition(output, 0)]
+        assert await committed(settings, group, tp, 30) == 3  # never 7
+        # the producer goes on committing as usual
+        async with producer.transaction():
+            await producer.send_offsets_to_transaction({tp: 4}, group)
+    finally:
+        await producer.stop()
+    assert await committed(settings, group, tp, 30) == 4
+
+
+async def test_a_gateway_sweeps_a_hanging_transaction_of_its_pair_and_decides_once(
+    kafka_bootstrap: str,  # noqa: F811
+    tmp_path,
+) -> None:
+    ns = Namespace(kafka_bootstrap)
+    await ns.create_agent(AGENT, partitions=1)
+    threads = ["t0", "t1", "t2", "t3"]
+    await produce(ns.bootstrap, ns.events(AGENT), [e for t in threads for e in thread_events(t)])
+    await send_requests(ns, threads)
+    settings = Settings(bootstrap_servers=kafka_bootstrap)
+    # as if a round had decided the first two requests in a transaction left hanging
+    requests = TopicPartition(ns.requests(AGENT), 0)
+    await hang(settings, f"{ns.group}.{AGENT}.0", ns.group, requests, at=0, pending=2)
+
+    gw = await GatewayProcess(ns, tmp_path).start(ready_timeout=90)
+    try:
+        await assert_exactly_once(ns, threads)
+        log = gw.log_path.read_text()
+        assert "hanging transaction of this pair's transactional id; aborted it" in log
+        assert "OffsetsUnstable" not in log
+    finally:
+        await gw.stop()
