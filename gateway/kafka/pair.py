@@ -63,11 +63,17 @@ class Fence:
 
 @dataclass(frozen=True, slots=True)
 class PairContext:
+    """What every pair of an instance shares: its settings, metrics, warning limiter and
+    the check of a reply topic (the pair's `Effects` read them from here too)."""
+
     settings_strict: bool
     rejections_topic: str
     warnings_topic: str
     merge_max_wait_s: float
     retention: Retention
+    metrics: Metrics
+    limiter: WarningLimiter
+    topic_exists: Callable[[str], bool]
 
 
 class PartitionPair:
@@ -76,25 +82,20 @@ class PartitionPair:
         topics: AgentTopics,
         partition: int,
         context: PairContext,
-        metrics: Metrics,
-        limiter: WarningLimiter,
-        topic_exists: Callable[[str], bool],
     ) -> None:
         self.topics = topics
         self.agent = topics.agent
         self.partition = partition
         self.ctx = context
         self.policy = Policy(strict=context.settings_strict)
-        self.metrics = metrics
-        self.limiter = limiter
-        self.topic_exists = topic_exists
+        self.metrics = context.metrics
         self.store = ThreadStore()  # committed states
         self.events: deque[Any] = deque()  # ConsumerRecord or InRecord: same attributes
         self.requests: deque[InRecord] = deque()
         self._active: set[bytes] = set()  # keys of threads whose run is active
         self._active_committed: set[bytes] = set()  # the same, as last committed
         self.sweeper = Sweep(context.retention)
-        self.effects = Effects(topics, context, metrics, limiter, topic_exists)
+        self.effects = Effects(topics, context)
         self.fence: Fence | None = None
         self.waiting_since: float | None = None
         self.round = self._new_round()  # the open round, being filled
@@ -249,7 +250,7 @@ class PartitionPair:
         try:
             work()
         except Exception as exc:
-            self.limiter.undo(self.round.undo(mark))
+            self.ctx.limiter.undo(self.round.undo(mark))
             log.exception(
                 message,
                 extra={"agent": self.agent, "threadId": thread_id, "source": record.source()},
@@ -448,7 +449,7 @@ class PartitionPair:
         """
         for layer in (self.round, self.sealed):
             if layer is not None:
-                self.limiter.undo(layer.admitted)
+                self.ctx.limiter.undo(layer.admitted)
         self.round, self.sealed = self._new_round(), None
         self._active = set(self._active_committed)
         self.events.clear()

@@ -39,6 +39,7 @@ from gateway.kafka.checkpoint import Checkpoint
 from gateway.kafka.fences import Fences
 from gateway.kafka.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.pair import PairContext, PartitionPair
+from gateway.kafka.prepare import Preparer
 from gateway.kafka.replytopics import ReplyTopics
 from gateway.kafka.restore import Restorer
 from gateway.kafka.slot import PairKey, PairSlot
@@ -77,6 +78,8 @@ class Gateway:
         self.metrics = metrics
         self.wall_clock = wall_clock
         self.names = TopicNames(settings)
+        self.limiter = WarningLimiter(settings.warning_burst, int(settings.warning_window_s * 1000))
+        self.reply_topics = ReplyTopics(settings, metrics)
         self.context = PairContext(
             settings_strict=settings.strict,
             rejections_topic=settings.rejections_topic,
@@ -87,9 +90,10 @@ class Gateway:
                 interrupt_grace_ms=int(settings.interrupt_grace_s * 1000),
                 interrupt_ms=int(settings.interrupt_retention_s * 1000),
             ),
+            metrics=metrics,
+            limiter=self.limiter,
+            topic_exists=self.reply_topics.allowed,
         )
-        self.limiter = WarningLimiter(settings.warning_burst, int(settings.warning_window_s * 1000))
-        self.reply_topics = ReplyTopics(settings, metrics)
         self.status = Status(metrics.gauges)
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None
@@ -104,14 +108,7 @@ class Gateway:
         metrics.prime_transactions()
 
     def make_pair(self, agent: str, partition: int) -> PartitionPair:
-        return PartitionPair(
-            self.names.for_agent(agent),
-            partition,
-            self.context,
-            self.metrics,
-            self.limiter,
-            self.reply_topics.allowed,
-        )
+        return PartitionPair(self.names.for_agent(agent), partition, self.context)
 
     # --- lifecycle: start, the loop, shutdown --------------------------------------------------
 
@@ -181,13 +178,16 @@ class Gateway:
         self.consumer, self.admin, self.offsets = consumer, admin, offsets
         self.reply_topics.consumer = consumer
         self.fences = Fences(consumer, offsets)
-        self.assignment = Assignment(
+        preparer = Preparer(
             self.names,
             self.metrics,
             consumer,
             admin,
             self._checkpoint(consumer),
             Restorer(self.settings),
+        )
+        self.assignment = Assignment(
+            preparer,
             self.make_pair,
             self.settings.revoke_timeout_s,
             changed=self._recount,
