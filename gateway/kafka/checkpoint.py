@@ -201,14 +201,7 @@ class Checkpoint:
         a broker restart, a plain fetch could return the offsets from before it and the
         pair would decide its records a second time.
         """
-        timeout_s = self.settings.transaction_timeout_ms / 1000 + 30
-
-        async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-            return await groupfence.fetch_committed_offsets(
-                self.consumer, tp_list, timeout_s=timeout_s
-            )
-
-        return await stable_offsets(fetch, tps, ours)
+        return await group_committed_offsets(self.settings, self.consumer, tps, ours)
 
     async def rewind(self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]) -> None:
         await rewind(self.consumer, tps, ours)
@@ -236,6 +229,26 @@ async def stable_offsets(
             return committed
         await asyncio.sleep(0.1)
     return committed
+
+
+async def group_committed_offsets(
+    settings: Settings,
+    consumer: AIOKafkaConsumer,
+    tps: list[TopicPartition],
+    ours: dict[TopicPartition, int],
+) -> dict[TopicPartition, int | None]:
+    """The group's stable committed offsets (`groupfence.fetch_committed_offsets`), waiting
+    out our own commit's visibility (`stable_offsets`).
+
+    The fetch waits at most a transaction timeout and a margin: by then the broker has
+    aborted any transaction still holding these offsets.
+    """
+    timeout_s = settings.transaction_timeout_ms / 1000 + 30
+
+    async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return await groupfence.fetch_committed_offsets(consumer, tp_list, timeout_s=timeout_s)
+
+    return await stable_offsets(fetch, tps, ours)
 
 
 async def rewind(
