@@ -19,7 +19,6 @@ from typing import Any
 from gateway.codec.records import (
     NOT_DECODED,
     InRecord,
-    OutRecord,
     Undecodable,
     decode_json,
     from_consumer,
@@ -397,25 +396,6 @@ class PartitionPair:
         assert self.sealed is None, "one round commits at a time"
         self.sealed, self.round = self.round, self._new_round()
         return self.sealed
-
-    def committed(self, mono_now: float) -> None:
-        """Commit the open round at once (no transaction pending): `seal` then
-        `committed_round`. For callers that judge without Kafka (the benchmark's core)."""
-        self.committed_round(self.seal(), mono_now)
-
-    def changelog_records(self) -> list[OutRecord]:
-        """The open round's changelog records (see `Round.changelog_records`).
-
-        States put straight into the store's pending overlay, outside any round (the
-        benchmark builds changelogs so), are taken into the open round first.
-        """
-        for thread_id, state in self.store.changes().items():
-            if state is None:
-                self.round.changes[thread_id] = None
-            else:
-                self.round.put(None, state)
-        self.store.rollback()
-        return self.round.changelog_records()
 
     def committed_round(self, done: Round, mono_now: float) -> None:
         """The sealed round's transaction committed: make its effects visible."""

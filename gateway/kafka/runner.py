@@ -125,7 +125,7 @@ class Gateway:
                 batch = await self.consumer.getmany(timeout_ms=self.settings.poll_timeout_ms)
                 logs.KAFKA_LOGS.tick()  # "kafka connection back" once errors stopped
                 async with self.assignment.lock:
-                    await self._round(batch)
+                    await self.round(batch)
             clean = True
         finally:
             self._running = False
@@ -260,25 +260,6 @@ class Gateway:
             "refused": a.refused,
             "denied": denied,
         }
-
-    # --- what the benchmark reaches for (bench/gatewayrun.py, bench/scenarios) -------------
-
-    @property
-    def slots(self) -> dict[PairKey, PairSlot]:
-        return self.assignment.slots if self.assignment is not None else {}
-
-    @property
-    def by_tp(self) -> dict[TopicPartition, tuple[PairKey, str]]:
-        return self.assignment.by_tp if self.assignment is not None else {}
-
-    async def _round(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        """The loop's per-round hook (the benchmark times rounds by overriding it)."""
-        await self.round(batch)
-
-    async def _restore(self, pair: PartitionPair) -> None:
-        """Restore one pair's state from its changelog (the benchmark's restore scenario)."""
-        restored = await Restorer(self.settings).restore(pair.topics.changelog, pair.partition)
-        pair.load_store(restored.store, restored.active, restored.open_interrupts)
 
     # --- the round --------------------------------------------------------------------------
 
