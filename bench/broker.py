@@ -9,12 +9,13 @@ path aiokafka has), so pre-producing a large workload takes seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,29 @@ class Admin:
     async def committed(self, group: str) -> dict[TopicPartition, int]:
         offsets = await self.client.list_consumer_group_offsets(group)
         return {tp: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
+
+
+@contextlib.asynccontextmanager
+async def reading_from_start(
+    bootstrap: str, topic: str, partitions: int, max_poll_records: int
+) -> AsyncIterator[AIOKafkaConsumer]:
+    """A bare read_committed consumer of every partition of `topic`, from its first record
+    (the baselines the gateway's figures are compared with)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        max_poll_records=max_poll_records,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        yield consumer
+    finally:
+        await consumer.stop()
 
 
 async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[TopicPartition, int]:

@@ -247,6 +247,21 @@ def tool_call(
     return out, name
 
 
+def interrupted_run(thread_id: str, run_id: str, interrupts: list[dict[str, Any]]) -> list[bytes]:
+    """A run's events, started and finished with these interrupts open."""
+    return [
+        dumps({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id}),
+        dumps(
+            {
+                "type": "RUN_FINISHED",
+                "threadId": thread_id,
+                "runId": run_id,
+                "outcome": {"type": "interrupt", "interrupts": interrupts},
+            }
+        ),
+    ]
+
+
 def interrupt_for(
     rng: random.Random,
     ids: Ids,
@@ -661,17 +676,7 @@ class DecisionWorkload:
                     unique_schema_share=0.1,
                 )
             )
-        events = [
-            dumps({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id}),
-            dumps(
-                {
-                    "type": "RUN_FINISHED",
-                    "threadId": thread_id,
-                    "runId": run_id,
-                    "outcome": {"type": "interrupt", "interrupts": interrupts},
-                }
-            ),
-        ]
+        events = interrupted_run(thread_id, run_id, interrupts)
         return DecisionThread(thread_id, run_id, interrupts, events, script)
 
     def events(self) -> list[tuple[int, bytes, bytes]]:
@@ -841,15 +846,4 @@ def interrupted_thread_events(
         )
         for n in range(count)
     ]
-    events = [
-        dumps({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id}),
-        dumps(
-            {
-                "type": "RUN_FINISHED",
-                "threadId": thread_id,
-                "runId": run_id,
-                "outcome": {"type": "interrupt", "interrupts": interrupts},
-            }
-        ),
-    ]
-    return events, interrupts
+    return interrupted_run(thread_id, run_id, interrupts), interrupts

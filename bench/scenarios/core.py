@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections import Counter
@@ -94,14 +95,8 @@ def _event_rates(ctx: Context, events: list[tuple[str, dict[str, Any]]]) -> dict
 
 def _fresh_pair(gateway: Gateway) -> PartitionPair:
     """A new pair of the bench agent, partition 0, with every reply topic taken as existing."""
-    return PartitionPair(
-        gateway.names.for_agent(AGENT),
-        0,
-        gateway.context,
-        gateway.metrics,
-        gateway.limiter,
-        lambda topic: True,
-    )
+    context = dataclasses.replace(gateway.context, topic_exists=lambda topic: True)
+    return PartitionPair(gateway.names.for_agent(AGENT), 0, context)
 
 
 def _commit(pair: PartitionPair) -> None:

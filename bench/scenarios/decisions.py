@@ -23,9 +23,9 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 
-from bench.broker import Admin, end_offsets, produce
+from bench.broker import Admin, end_offsets, produce, reading_from_start
 from bench.config import Context
 from bench.gatewayrun import (
     Names,
@@ -50,13 +50,6 @@ async def raw_decide(
     settings: Settings,
 ) -> float:
     """Seconds a consume → transactional produce loop takes from first record to last commit."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        max_poll_records=settings.max_poll_records,
-    )
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         transactional_id=f"{group}-{uuid.uuid4().hex[:8]}",
@@ -64,37 +57,37 @@ async def raw_decide(
         transaction_timeout_ms=settings.transaction_timeout_ms,
         linger_ms=2,  # as the gateway's producers
     )
-    await consumer.start()
-    await producer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        done = 0
-        first: float | None = None
-        deadline = time.monotonic() + 900
-        while done < total:
-            batch = await consumer.getmany(timeout_ms=settings.poll_timeout_ms)
-            if not batch:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"baseline decided {done} of {total}")
-                continue
-            if first is None:
-                first = time.perf_counter()
-            await producer.begin_transaction()
-            offsets = {}
-            for tp, messages in batch.items():
-                for m in messages:
-                    await producer.send(out_topic, value=m.value, key=m.key, partition=tp.partition)
-                offsets[tp] = messages[-1].offset + 1
-                done += len(messages)
-            await producer.send_offsets_to_transaction(offsets, group)
-            await producer.commit_transaction()
-        assert first is not None
-        return time.perf_counter() - first
-    finally:
-        await producer.stop()
-        await consumer.stop()
+    async with reading_from_start(
+        bootstrap, topic, partitions, settings.max_poll_records
+    ) as consumer:
+        await producer.start()
+        try:
+            done = 0
+            first: float | None = None
+            deadline = time.monotonic() + 900
+            while done < total:
+                batch = await consumer.getmany(timeout_ms=settings.poll_timeout_ms)
+                if not batch:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"baseline decided {done} of {total}")
+                    continue
+                if first is None:
+                    first = time.perf_counter()
+                await producer.begin_transaction()
+                offsets = {}
+                for tp, messages in batch.items():
+                    for m in messages:
+                        await producer.send(
+                            out_topic, value=m.value, key=m.key, partition=tp.partition
+                        )
+                    offsets[tp] = messages[-1].offset + 1
+                    done += len(messages)
+                await producer.send_offsets_to_transaction(offsets, group)
+                await producer.commit_transaction()
+            assert first is not None
+            return time.perf_counter() - first
+        finally:
+            await producer.stop()
 
 
 async def prepare_state(

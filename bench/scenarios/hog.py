@@ -8,32 +8,29 @@ cores that leaves one for the gateway, the broker and the load generator.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from bench.config import Context
 from bench.report import Figure, figure
-from bench.scenarios.latency import REQUESTS_PER_THREAD, one_run
-from bench.workload import DecisionWorkload
+from bench.scenarios.latency import one_run, rounded, workload_for, worst_of
 
 
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     size = ctx.size
     rate, seconds = size.hog_rate, size.hog_seconds
-    threads = max(10, math.ceil(rate * seconds / REQUESTS_PER_THREAD))
-    workload = DecisionWorkload(threads, size.partitions, ctx.seed + 6)
+    workload = workload_for(ctx, rate, seconds, 6)
     runs: list[dict[str, Any]] = []
     for rep in range(size.disturb_repeat):
         result = await one_run(ctx, f"h{rep}", workload, rate, hog=True)
         result.pop("latencies")
-        runs.append({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()})
+        runs.append(rounded(result))
         ctx.log(
             f"hog rep {rep + 1}/{size.disturb_repeat} at {result['offered_rate']:.0f} req/s with "
             f"a CPU hog ({result['hog_cpu_percent']}% of a core): p50 {result['p50_ms']:.1f} ms, "
             f"p99 {result['p99_ms']:.1f} ms; gateway CPU {result['gateway_cpu_percent']}%"
         )
     how = (
-        (f"worst of {len(runs)} runs" if len(runs) > 1 else "single run")
+        worst_of(runs)
         + f" at {rate:,.0f} requests/s for {seconds:g} s, first {size.latency_warmup_seconds:g} s excluded"
     )
     figures = [
@@ -53,5 +50,10 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             how,
         ),
     ]
-    detail = {"threads": threads, "offered_rate": rate, "offered_seconds": seconds, "runs": runs}
+    detail = {
+        "threads": len(workload.threads),
+        "offered_rate": rate,
+        "offered_seconds": seconds,
+        "runs": runs,
+    }
     return figures, detail

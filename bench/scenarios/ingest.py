@@ -21,9 +21,9 @@ import time
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
-from bench.broker import REPO_ROOT, Admin, end_offsets, produce
+from bench.broker import REPO_ROOT, Admin, end_offsets, produce, reading_from_start
 from bench.config import Context
 from bench.gatewayrun import Names, counter_total, create_topics, make_settings, run_in_process
 from bench.profiling import Profile
@@ -36,18 +36,9 @@ async def raw_consume(
     bootstrap: str, topic: str, partitions: int, total: int, settings: Settings
 ) -> float:
     """Seconds a bare consumer takes from its first record to the last of `total`."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        max_poll_records=settings.max_poll_records,
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
+    async with reading_from_start(
+        bootstrap, topic, partitions, settings.max_poll_records
+    ) as consumer:
         seen = 0
         first: float | None = None
         deadline = time.monotonic() + 600
@@ -61,8 +52,6 @@ async def raw_consume(
                 raise TimeoutError(f"raw consumer saw {seen} of {total} records")
         assert first is not None
         return time.perf_counter() - first
-    finally:
-        await consumer.stop()
 
 
 QUIX_COMMIT_INTERVAL_S = 1.0

@@ -319,15 +319,31 @@ def _histogram(metrics: dict[str, float], name: str) -> dict[str, Any]:
     }
 
 
+def workload_for(ctx: Context, rate: float, seconds: float, seed: int) -> DecisionWorkload:
+    """Enough threads for `rate` requests/s over `seconds` (at least 10), each with its
+    interrupted run; `seed` sets this scenario's workload apart from the others'."""
+    threads = max(10, math.ceil(rate * seconds / REQUESTS_PER_THREAD))
+    return DecisionWorkload(threads, ctx.size.partitions, ctx.seed + seed)
+
+
+def rounded(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's result as reported: floats to two decimals."""
+    return {k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}
+
+
+def worst_of(runs: list[dict[str, Any]]) -> str:
+    """How a figure that takes the worst of repeated disturbed runs was made."""
+    return f"worst of {len(runs)} runs" if len(runs) > 1 else "single run"
+
+
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     size = ctx.size
-    threads = max(10, math.ceil(size.latency_rate * size.latency_seconds / REQUESTS_PER_THREAD))
-    workload = DecisionWorkload(threads, size.partitions, ctx.seed + 2)
+    workload = workload_for(ctx, size.latency_rate, size.latency_seconds, 2)
     runs = []
     for rep in range(size.repeat):
         result = await one_run(ctx, rep, workload)
         result.pop("latencies")
-        runs.append({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()})
+        runs.append(rounded(result))
         ctx.log(
             f"latency rep {rep + 1}/{size.repeat} at {result['offered_rate']:.0f} req/s: "
             f"p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, "
@@ -377,7 +393,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         f"{mid('gateway_not_enough_replicas_retries'):.0f} per run."
     )
     detail = {
-        "threads": threads,
+        "threads": len(workload.threads),
         "offered_rate": size.latency_rate,
         "offered_seconds": size.latency_seconds,
         "warmup_seconds": size.latency_warmup_seconds,

@@ -16,7 +16,6 @@ marked as such.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import signal
 import time
@@ -25,8 +24,7 @@ from typing import Any
 from bench.config import Context
 from bench.gatewayrun import GatewayProcess
 from bench.report import Figure, figure, percentile
-from bench.scenarios.latency import REQUESTS_PER_THREAD, one_run
-from bench.workload import DecisionWorkload
+from bench.scenarios.latency import one_run, rounded, workload_for, worst_of
 
 WINDOW_S = 0.5
 BACK_MS = 250.0
@@ -87,8 +85,7 @@ def _pauser(at: float, seconds: float) -> Any:
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     size = ctx.size
     rate, seconds = size.latency_rate, size.pause_run_seconds
-    threads = max(10, math.ceil(rate * seconds / REQUESTS_PER_THREAD))
-    workload = DecisionWorkload(threads, size.partitions, ctx.seed + 5)
+    workload = workload_for(ctx, rate, seconds, 5)
     runs: list[dict[str, Any]] = []
     for rep in range(size.disturb_repeat):
         result = await one_run(
@@ -120,7 +117,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
                 **found,
             }
         )
-        runs.append({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()})
+        runs.append(rounded(result))
         ctx.log(
             f"pause rep {rep + 1}/{size.disturb_repeat}: {size.pause_seconds:g} s SIGSTOP at "
             f"{paused['stopped_at_s']:.1f} s; p99 after it {result['p99_after_pause_ms']:.0f} ms; "
@@ -131,8 +128,9 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             )
         )
     how = (
-        f"worst of {len(runs)} runs" if len(runs) > 1 else "single run"
-    ) + f" at {rate:,.0f} requests/s for {seconds:g} s, SIGSTOP {size.pause_seconds:g} s"
+        worst_of(runs)
+        + f" at {rate:,.0f} requests/s for {seconds:g} s, SIGSTOP {size.pause_seconds:g} s"
+    )
     worst = max(runs, key=lambda r: (not r["recovered"], r["recovery_seconds"]))
     figures = [
         figure(
@@ -154,7 +152,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         ),
     ]
     detail = {
-        "threads": threads,
+        "threads": len(workload.threads),
         "offered_rate": rate,
         "offered_seconds": seconds,
         "pause_at_seconds": size.pause_at_seconds,

@@ -20,6 +20,7 @@ thread" shows the deferred cost (informative).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -91,14 +92,8 @@ async def raw_read(bootstrap: str, topic: str, partitions: int) -> tuple[float, 
 
 
 def _pair(gateway: Gateway, partition: int) -> PartitionPair:
-    return PartitionPair(
-        gateway.names.for_agent(AGENT),
-        partition,
-        gateway.context,
-        gateway.metrics,
-        gateway.limiter,
-        lambda topic: True,
-    )
+    context = dataclasses.replace(gateway.context, topic_exists=lambda topic: True)
+    return PartitionPair(gateway.names.for_agent(AGENT), partition, context)
 
 
 def changelog_records(

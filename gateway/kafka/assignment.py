@@ -15,46 +15,45 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaProducer, TopicPartition
 
-from gateway.kafka.checkpoint import Outcome, Strategy, Work, stop_producer
-from gateway.kafka.denials import RETRY_MAX_S, RETRY_S, Denials
+from gateway.kafka.checkpoint import Outcome, Work, stop_producer
+from gateway.kafka.denials import RETRY_MAX_S, RETRY_S
 from gateway.kafka.pair import PartitionPair
 from gateway.kafka.prepare import Preparer
-from gateway.kafka.restore import Restorer
 from gateway.kafka.round import Round
 from gateway.kafka.slot import PairKey, PairSlot
-from gateway.kafka.topics import TopicNames
-from gateway.observe.metrics import Metrics
 
 log = logging.getLogger("gateway.runner")
 
 PREPARE_CONCURRENCY = 32  # pairs prepared at once (producer start, offsets, restore)
 
 
+def _keep(tasks: set[asyncio.Task[None]], work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` in the background, held in `tasks` (to wait on or cancel) until it ends."""
+    task = asyncio.create_task(work)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
 class Assignment:
     def __init__(
         self,
-        names: TopicNames,
-        metrics: Metrics,
-        consumer: AIOKafkaConsumer,
-        admin: AIOKafkaAdminClient,
-        checkpoint: Strategy,
-        restorer: Restorer,
+        preparer: Preparer,
         make_pair: Callable[[str, int], PartitionPair],
         revoke_timeout_s: float,
         changed: Callable[[], None] = lambda: None,
         counted: Callable[[list[Round]], None] = lambda rounds: None,
     ) -> None:
-        self.names = names
-        self.metrics = metrics
-        self.consumer = consumer
-        self.admin = admin
-        self.checkpoint = checkpoint
-        self.restorer = restorer
+        self.preparer = preparer
+        # The preparer's own clients, checkpoint and denials: one of each per instance.
+        self.names = preparer.names
+        self.consumer = preparer.consumer
+        self.checkpoint = preparer.checkpoint
+        self.denials = preparer.denials
         self.make_pair = make_pair
         self.revoke_timeout_s = revoke_timeout_s
         self.changed = changed  # what the gauges show changed
@@ -68,15 +67,11 @@ class Assignment:
         # Pairs given up (fenced, or revoked mid-round) whose partitions may still be
         # assigned here, paused: not ready until the next assignment settles them.
         self.dropped: set[PairKey] = set()
-        self.denials = Denials()
         self.assigned_once = False
         self._prepares: set[asyncio.Task[None]] = set()
         self._closers: set[asyncio.Task[None]] = set()
         self._inflight: dict[PairKey, asyncio.Task[None]] = {}  # commits under way
         self._preparing = asyncio.Semaphore(PREPARE_CONCURRENCY)
-        self.preparer = Preparer(
-            names, metrics, consumer, admin, checkpoint, restorer, self.denials
-        )
 
     # --- what is held ------------------------------------------------------------------------
 
@@ -185,9 +180,7 @@ class Assignment:
     # --- preparing ---------------------------------------------------------------------------
 
     def start_prepare(self, slots: list[PairSlot], after: float = 0.0) -> None:
-        task = asyncio.create_task(self.prepare(slots, after))
-        self._prepares.add(task)
-        task.add_done_callback(self._prepares.discard)
+        _keep(self._prepares, self.prepare(slots, after))
 
     async def settled(self) -> None:
         """Wait until no preparation is under way, nor a given-up producer closing."""
@@ -402,9 +395,7 @@ class Assignment:
         self.dropped.add(slot.key)
         producer = self.checkpoint.detach(slot.key)
         inflight = self._inflight.get(slot.key)
-        closer = asyncio.create_task(self._close_after_round(producer, inflight))
-        self._closers.add(closer)
-        closer.add_done_callback(self._closers.discard)
+        _keep(self._closers, self._close_after_round(producer, inflight))
 
     async def _close_after_round(
         self, producer: AIOKafkaProducer | None, inflight: asyncio.Task[None] | None

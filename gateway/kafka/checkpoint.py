@@ -214,14 +214,7 @@ class Checkpoint:
         pair would decide its records a second time. Raises `OffsetsUnstable` after
         `timeout_s` (by default longer than a transaction may stay open).
         """
-        timeout_s = timeout_s or self.settings.transaction_timeout_ms / 1000 + 30
-
-        async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-            return await groupfence.fetch_committed_offsets(
-                self.consumer, tp_list, timeout_s=timeout_s
-            )
-
-        return await stable_offsets(fetch, tps, ours)
+        return await group_committed_offsets(self.settings, self.consumer, tps, ours, timeout_s)
 
     async def sweep(
         self,
@@ -262,6 +255,28 @@ async def stable_offsets(
             return committed
         await asyncio.sleep(0.1)
     return committed
+
+
+async def group_committed_offsets(
+    settings: Settings,
+    consumer: AIOKafkaConsumer,
+    tps: list[TopicPartition],
+    ours: dict[TopicPartition, int],
+    timeout_s: float | None = None,
+) -> dict[TopicPartition, int | None]:
+    """The group's stable committed offsets (`groupfence.fetch_committed_offsets`), waiting
+    out our own commit's visibility (`stable_offsets`).
+
+    The fetch waits `timeout_s`, by default a transaction timeout and a margin: by then
+    the broker has aborted any transaction it knows still holding these offsets (one
+    it does not know of hangs: see `hanging`). Raises `OffsetsUnstable` after it.
+    """
+    timeout_s = timeout_s or settings.transaction_timeout_ms / 1000 + 30
+
+    async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return await groupfence.fetch_committed_offsets(consumer, tp_list, timeout_s=timeout_s)
+
+    return await stable_offsets(fetch, tps, ours)
 
 
 async def rewind(

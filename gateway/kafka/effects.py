@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from gateway.codec.records import HEADER_REPLY_TO, InRecord, OutRecord, dumps
@@ -20,7 +19,6 @@ from gateway.kafka import shaping
 from gateway.kafka.round import Round
 from gateway.kafka.topics import LEGAL_TOPIC, AgentTopics
 from gateway.observe.metrics import Metrics, reason_label
-from gateway.observe.warnings import WarningLimiter
 
 log = logging.getLogger("gateway.pair")
 
@@ -36,17 +34,12 @@ class Effects:
     def __init__(
         self,
         topics: AgentTopics,
-        context: Any,
-        metrics: Metrics,
-        limiter: WarningLimiter,
-        topic_exists: Callable[[str], bool],
+        context: Any,  # the pair's PairContext
     ) -> None:
         self.topics = topics
         self.agent = topics.agent
         self.ctx = context
-        self.metrics = metrics
-        self.limiter = limiter
-        self.topic_exists = topic_exists
+        self.metrics: Metrics = context.metrics
 
     def internal_error(
         self, r: Round, record: InRecord, thread_id: str | None, now_ms: int, exc: Exception
@@ -56,7 +49,7 @@ class Effects:
         key, headers = shaping.output_key(record, thread_id), shaping.correlation_headers(record)
         r.out.append(OutRecord(self.ctx.rejections_topic, key, body, headers))
         reply_to = record.header(HEADER_REPLY_TO)
-        if reply_to and LEGAL_TOPIC.match(reply_to) and self.topic_exists(reply_to):
+        if reply_to and LEGAL_TOPIC.match(reply_to) and self.ctx.topic_exists(reply_to):
             r.out.append(OutRecord(reply_to, key, body, headers))
         r.decided.append(record.received)
         m = self.metrics
@@ -103,7 +96,7 @@ class Effects:
         reply_to = record.header(HEADER_REPLY_TO)
         if not reply_to:
             return
-        if LEGAL_TOPIC.match(reply_to) and self.topic_exists(reply_to):
+        if LEGAL_TOPIC.match(reply_to) and self.ctx.topic_exists(reply_to):
             out.append(
                 OutRecord(reply_to, key, body or shaping.fitted(reply, record.value), headers)
             )
@@ -153,7 +146,7 @@ class Effects:
             r.deferred.append(m.protocol_violations.labels(agent, warning.rule).inc)
         elif warning.code == Warn.UNRECOGNISED_ENTRY:
             r.deferred.append(m.unrecognised_entries.labels(agent).inc)
-        admitted, suppressed = self.limiter.admit(
+        admitted, suppressed = self.ctx.limiter.admit(
             (agent, thread_id or "", warning.code, warning.rule or ""), at, r.admitted
         )
         if not admitted:

@@ -356,6 +356,14 @@ def _prepare(request: Request[Any], versions: dict[int, tuple[int, int]]) -> Any
 # --- the consumer side ------------------------------------------------------------
 
 
+def _coordinator(consumer: AIOKafkaConsumer) -> Any:
+    """The consumer's group coordinator (reach 4); a consumer without a group has none."""
+    coordinator = consumer._coordinator
+    if coordinator is None or not getattr(coordinator, "group_id", None):
+        raise ValueError("the consumer has no group (group_id is not set)")
+    return coordinator
+
+
 def group_metadata(consumer: AIOKafkaConsumer) -> GroupMetadata:
     """The member's current group metadata; `GroupFenced` if it is not a member now.
 
@@ -363,9 +371,7 @@ def group_metadata(consumer: AIOKafkaConsumer) -> GroupMetadata:
     dropped it) must not commit: the broker would take generation -1 with no
     member id as an old client's unfenced commit.
     """
-    coordinator = consumer._coordinator  # reach 4
-    if coordinator is None or not getattr(coordinator, "group_id", None):
-        raise ValueError("the consumer has no group (group_id is not set)")
+    coordinator = _coordinator(consumer)
     generation = int(coordinator.generation)
     member_id = str(coordinator.member_id or "")
     if generation < 0 or not member_id:
@@ -392,9 +398,7 @@ async def fetch_committed_offsets(
     offset is committed. Raises `OffsetsUnstable` after `timeout_s` (make it longer
     than the producers' transaction timeout, after which the broker aborts).
     """
-    coordinator = consumer._coordinator  # reach 4
-    if coordinator is None or not getattr(coordinator, "group_id", None):
-        raise ValueError("the consumer has no group (group_id is not set)")
+    coordinator = _coordinator(consumer)
     group_id: str = coordinator.group_id
     client = consumer._client  # reach 4
     wanted = sorted(set(partitions))

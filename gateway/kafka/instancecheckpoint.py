@@ -34,8 +34,8 @@ from gateway.kafka.checkpoint import (
     Work,
     begin_and_send,
     fenced_producer,
+    group_committed_offsets,
     rewind,
-    stable_offsets,
     stop_producer,
 )
 from gateway.observe.metrics import Metrics
@@ -193,14 +193,7 @@ class InstanceCheckpoint:
     ) -> dict[TopicPartition, int | None]:
         """The group's stable committed offsets (never ones a pending transaction of a
         zombie may still commit), waiting out our own commit's visibility."""
-        timeout_s = timeout_s or self.settings.transaction_timeout_ms / 1000 + 30
-
-        async def fetch(tp_list: list[TopicPartition]) -> dict[TopicPartition, int | None]:
-            return await groupfence.fetch_committed_offsets(
-                self.consumer, tp_list, timeout_s=timeout_s
-            )
-
-        return await stable_offsets(fetch, tps, ours)
+        return await group_committed_offsets(self.settings, self.consumer, tps, ours, timeout_s)
 
     async def sweep(
         self,

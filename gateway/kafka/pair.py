@@ -19,7 +19,6 @@ from typing import Any
 from gateway.codec.records import (
     NOT_DECODED,
     InRecord,
-    OutRecord,
     Undecodable,
     decode_json,
     from_consumer,
@@ -63,11 +62,17 @@ class Fence:
 
 @dataclass(frozen=True, slots=True)
 class PairContext:
+    """What every pair of an instance shares: its settings, metrics, warning limiter and
+    the check of a reply topic (the pair's `Effects` read them from here too)."""
+
     settings_strict: bool
     rejections_topic: str
     warnings_topic: str
     merge_max_wait_s: float
     retention: Retention
+    metrics: Metrics
+    limiter: WarningLimiter
+    topic_exists: Callable[[str], bool]
 
 
 class PartitionPair:
@@ -76,25 +81,20 @@ class PartitionPair:
         topics: AgentTopics,
         partition: int,
         context: PairContext,
-        metrics: Metrics,
-        limiter: WarningLimiter,
-        topic_exists: Callable[[str], bool],
     ) -> None:
         self.topics = topics
         self.agent = topics.agent
         self.partition = partition
         self.ctx = context
         self.policy = Policy(strict=context.settings_strict)
-        self.metrics = metrics
-        self.limiter = limiter
-        self.topic_exists = topic_exists
+        self.metrics = context.metrics
         self.store = ThreadStore()  # committed states
         self.events: deque[Any] = deque()  # ConsumerRecord or InRecord: same attributes
         self.requests: deque[InRecord] = deque()
         self._active: set[bytes] = set()  # keys of threads whose run is active
         self._active_committed: set[bytes] = set()  # the same, as last committed
         self.sweeper = Sweep(context.retention)
-        self.effects = Effects(topics, context, metrics, limiter, topic_exists)
+        self.effects = Effects(topics, context)
         self.fence: Fence | None = None
         self.waiting_since: float | None = None
         self.round = self._new_round()  # the open round, being filled
@@ -249,7 +249,7 @@ class PartitionPair:
         try:
             work()
         except Exception as exc:
-            self.limiter.undo(self.round.undo(mark))
+            self.ctx.limiter.undo(self.round.undo(mark))
             log.exception(
                 message,
                 extra={"agent": self.agent, "threadId": thread_id, "source": record.source()},
@@ -397,25 +397,6 @@ class PartitionPair:
         self.sealed, self.round = self.round, self._new_round()
         return self.sealed
 
-    def committed(self, mono_now: float) -> None:
-        """Commit the open round at once (no transaction pending): `seal` then
-        `committed_round`. For callers that judge without Kafka (the benchmark's core)."""
-        self.committed_round(self.seal(), mono_now)
-
-    def changelog_records(self) -> list[OutRecord]:
-        """The open round's changelog records (see `Round.changelog_records`).
-
-        States put straight into the store's pending overlay, outside any round (the
-        benchmark builds changelogs so), are taken into the open round first.
-        """
-        for thread_id, state in self.store.changes().items():
-            if state is None:
-                self.round.changes[thread_id] = None
-            else:
-                self.round.put(None, state)
-        self.store.rollback()
-        return self.round.changelog_records()
-
     def committed_round(self, done: Round, mono_now: float) -> None:
         """The sealed round's transaction committed: make its effects visible."""
         assert done is self.sealed
@@ -448,7 +429,7 @@ class PartitionPair:
         """
         for layer in (self.round, self.sealed):
             if layer is not None:
-                self.limiter.undo(layer.admitted)
+                self.ctx.limiter.undo(layer.admitted)
         self.round, self.sealed = self._new_round(), None
         self._active = set(self._active_committed)
         self.events.clear()

@@ -27,6 +27,8 @@ log = logging.getLogger("gateway.runner")
 
 
 class Preparer:
+    """Prepares pairs for the assignment, which reads the clients it shares from here."""
+
     def __init__(
         self,
         names: TopicNames,
@@ -35,7 +37,6 @@ class Preparer:
         admin: AIOKafkaAdminClient,
         checkpoint: Strategy,
         restorer: Restorer,
-        denials: Denials,
     ) -> None:
         self.names = names
         self.metrics = metrics
@@ -43,7 +44,7 @@ class Preparer:
         self.admin = admin
         self.checkpoint = checkpoint
         self.restorer = restorer
-        self.denials = denials
+        self.denials = Denials()  # refused ACLs: granted again once a pair is prepared
 
     async def prepare_one(self, slot: PairSlot) -> None:
         pair = slot.pair

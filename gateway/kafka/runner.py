@@ -39,6 +39,7 @@ from gateway.kafka.checkpoint import Checkpoint
 from gateway.kafka.fences import Fences
 from gateway.kafka.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.pair import PairContext, PartitionPair
+from gateway.kafka.prepare import Preparer
 from gateway.kafka.replytopics import ReplyTopics
 from gateway.kafka.restore import Restorer
 from gateway.kafka.slot import PairKey, PairSlot
@@ -77,6 +78,8 @@ class Gateway:
         self.metrics = metrics
         self.wall_clock = wall_clock
         self.names = TopicNames(settings)
+        self.limiter = WarningLimiter(settings.warning_burst, int(settings.warning_window_s * 1000))
+        self.reply_topics = ReplyTopics(settings, metrics)
         self.context = PairContext(
             settings_strict=settings.strict,
             rejections_topic=settings.rejections_topic,
@@ -87,9 +90,10 @@ class Gateway:
                 interrupt_grace_ms=int(settings.interrupt_grace_s * 1000),
                 interrupt_ms=int(settings.interrupt_retention_s * 1000),
             ),
+            metrics=metrics,
+            limiter=self.limiter,
+            topic_exists=self.reply_topics.allowed,
         )
-        self.limiter = WarningLimiter(settings.warning_burst, int(settings.warning_window_s * 1000))
-        self.reply_topics = ReplyTopics(settings, metrics)
         self.status = Status(metrics.gauges)
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None
@@ -104,14 +108,7 @@ class Gateway:
         metrics.prime_transactions()
 
     def make_pair(self, agent: str, partition: int) -> PartitionPair:
-        return PartitionPair(
-            self.names.for_agent(agent),
-            partition,
-            self.context,
-            self.metrics,
-            self.limiter,
-            self.reply_topics.allowed,
-        )
+        return PartitionPair(self.names.for_agent(agent), partition, self.context)
 
     # --- lifecycle: start, the loop, shutdown --------------------------------------------------
 
@@ -128,7 +125,7 @@ class Gateway:
                 batch = await self.consumer.getmany(timeout_ms=self.settings.poll_timeout_ms)
                 logs.KAFKA_LOGS.tick()  # "kafka connection back" once errors stopped
                 async with self.assignment.lock:
-                    await self._round(batch)
+                    await self.round(batch)
             clean = True
         finally:
             self._running = False
@@ -181,13 +178,16 @@ class Gateway:
         self.consumer, self.admin, self.offsets = consumer, admin, offsets
         self.reply_topics.consumer = consumer
         self.fences = Fences(consumer, offsets)
-        self.assignment = Assignment(
+        preparer = Preparer(
             self.names,
             self.metrics,
             consumer,
             admin,
             self._checkpoint(consumer),
             Restorer(self.settings),
+        )
+        self.assignment = Assignment(
+            preparer,
             self.make_pair,
             self.settings.revoke_timeout_s,
             changed=self._recount,
@@ -260,25 +260,6 @@ class Gateway:
             "refused": a.refused,
             "denied": denied,
         }
-
-    # --- what the benchmark reaches for (bench/gatewayrun.py, bench/scenarios) -------------
-
-    @property
-    def slots(self) -> dict[PairKey, PairSlot]:
-        return self.assignment.slots if self.assignment is not None else {}
-
-    @property
-    def by_tp(self) -> dict[TopicPartition, tuple[PairKey, str]]:
-        return self.assignment.by_tp if self.assignment is not None else {}
-
-    async def _round(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        """The loop's per-round hook (the benchmark times rounds by overriding it)."""
-        await self.round(batch)
-
-    async def _restore(self, pair: PartitionPair) -> None:
-        """Restore one pair's state from its changelog (the benchmark's restore scenario)."""
-        restored = await Restorer(self.settings).restore(pair.topics.changelog, pair.partition)
-        pair.load_store(restored.store, restored.active, restored.open_interrupts)
 
     # --- the round --------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,7 +14,25 @@ from prometheus_client import CollectorRegistry
 from gateway.kafka.runner import Gateway
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
-from tests.integration.support import Namespace, produce
+from tests.integration.support import Namespace, collect, header, produce
+
+
+def settings_for(ns: Namespace, **overrides: Any) -> Settings:
+    """Settings for a gateway on this namespace's topics, quick to notice a rebalance."""
+    return Settings(
+        bootstrap_servers=ns.bootstrap,
+        group_id=ns.group,
+        events_topic=f"{ns.prefix}.{{agent}}.events",
+        requests_topic=f"{ns.prefix}.{{agent}}.requests",
+        run_requests_topic=f"{ns.prefix}.{{agent}}.run-requests",
+        changelog_topic=f"{ns.prefix}.{{agent}}.gateway-changelog",
+        rejections_topic=ns.rejections,
+        warnings_topic=ns.warnings,
+        discovery_interval_ms=1000,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+        **overrides,
+    )
 
 
 def interrupted(thread: str) -> list[tuple[str, dict]]:
@@ -47,6 +66,16 @@ async def send_answer(ns: Namespace, agent: str, thread: str) -> None:
         [(thread, answer)],
         headers=[("agui-correlation-id", thread.encode())],
     )
+
+
+async def forwarded_once(ns: Namespace, agent: str, threads: list[str]) -> None:
+    """Each thread's answer reached the agent's run requests exactly once."""
+    forwarded = await collect(
+        ns.bootstrap, ns.run_requests(agent), count=len(threads), timeout=90, settle=3.0
+    )
+    seen = Counter(header(r, "agui-correlation-id") for r in forwarded)
+    assert [c for c, n in seen.items() if n > 1] == [], "duplicate forwards"
+    assert set(seen) == set(threads), f"missing {sorted(set(threads) - set(seen))}"
 
 
 async def eventually(check: Any, what: str, timeout: float = 60, step: float = 0.02) -> None:

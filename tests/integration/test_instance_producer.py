@@ -8,7 +8,6 @@ The zombie: an instance whose transaction is held while a rebalance moves on
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -17,29 +16,23 @@ from gateway.kafka import groupfence
 from gateway.kafka.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.runner import Gateway
 from gateway.settings import Settings
-from tests.integration.inprocess import eventually, interrupted, running, send_answer
-from tests.integration.support import Namespace, collect, header, produce
+from tests.integration import inprocess
+from tests.integration.inprocess import (
+    eventually,
+    forwarded_once,
+    interrupted,
+    running,
+    send_answer,
+)
+from tests.integration.support import Namespace, produce
 
 AGENT = "solo"
 KEY = (AGENT, 0)
 
 
 def settings_for(ns: Namespace, name: str) -> Settings:
-    return Settings(
-        bootstrap_servers=ns.bootstrap,
-        group_id=ns.group,
-        events_topic=f"{ns.prefix}.{{agent}}.events",
-        requests_topic=f"{ns.prefix}.{{agent}}.requests",
-        run_requests_topic=f"{ns.prefix}.{{agent}}.run-requests",
-        changelog_topic=f"{ns.prefix}.{{agent}}.gateway-changelog",
-        rejections_topic=ns.rejections,
-        warnings_topic=ns.warnings,
-        discovery_interval_ms=1000,
-        session_timeout_ms=6000,
-        heartbeat_interval_ms=500,
-        revoke_timeout_s=2,
-        producer_scope="instance",
-        instance_name=name,
+    return inprocess.settings_for(
+        ns, revoke_timeout_s=2, producer_scope="instance", instance_name=name
     )
 
 
@@ -57,7 +50,7 @@ async def test_one_producer_per_instance_decides_each_request_once(kafka_bootstr
         assert isinstance(gateway.assignment.checkpoint, InstanceCheckpoint)  # type: ignore[union-attr]
         for thread in threads:
             await send_answer(ns, AGENT, thread)
-        await check_exactly_once(ns, threads)
+        await forwarded_once(ns, AGENT, threads)
         assert sample(gateway, "agui_gateway_transactions_total", result="committed") >= 1
 
 
@@ -106,13 +99,4 @@ async def test_a_zombie_held_across_a_rebalance_is_fenced_by_the_group(
             )
             for thread in threads[1:]:
                 await send_answer(ns, AGENT, thread)
-            await check_exactly_once(ns, threads)
-
-
-async def check_exactly_once(ns: Namespace, threads: list[str]) -> None:
-    forwarded = await collect(
-        ns.bootstrap, ns.run_requests(AGENT), count=len(threads), timeout=90, settle=3.0
-    )
-    seen = Counter(header(r, "agui-correlation-id") for r in forwarded)
-    assert [c for c, n in seen.items() if n > 1] == [], "duplicate forwards"
-    assert set(seen) == set(threads), f"missing {sorted(set(threads) - set(seen))}"
+            await forwarded_once(ns, AGENT, threads)

@@ -8,7 +8,6 @@ again from the last commit, and each request is decided exactly once.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -16,28 +15,18 @@ from aiokafka.errors import KafkaError
 
 from gateway.kafka import clients
 from gateway.kafka.runner import Gateway
-from gateway.settings import Settings
-from tests.integration.inprocess import eventually, interrupted, running, send_answer
-from tests.integration.support import Namespace, collect, header, produce
+from tests.integration.inprocess import (
+    eventually,
+    forwarded_once,
+    interrupted,
+    running,
+    send_answer,
+    settings_for,
+)
+from tests.integration.support import Namespace, collect, produce
 
 AGENT = "pipe"
 KEY = (AGENT, 0)
-
-
-def settings_for(ns: Namespace) -> Settings:
-    return Settings(
-        bootstrap_servers=ns.bootstrap,
-        group_id=ns.group,
-        events_topic=f"{ns.prefix}.{{agent}}.events",
-        requests_topic=f"{ns.prefix}.{{agent}}.requests",
-        run_requests_topic=f"{ns.prefix}.{{agent}}.run-requests",
-        changelog_topic=f"{ns.prefix}.{{agent}}.gateway-changelog",
-        rejections_topic=ns.rejections,
-        warnings_topic=ns.warnings,
-        discovery_interval_ms=1000,
-        session_timeout_ms=6000,
-        heartbeat_interval_ms=500,
-    )
 
 
 def slot_of(gateway: Gateway) -> Any:
@@ -104,11 +93,6 @@ async def test_a_failed_commit_under_a_second_pending_round_loses_and_duplicates
 
 
 async def check_exactly_once(ns: Namespace, threads: list[str]) -> None:
-    forwarded = await collect(
-        ns.bootstrap, ns.run_requests(AGENT), count=len(threads), timeout=90, settle=3.0
-    )
-    seen = Counter(header(r, "agui-correlation-id") for r in forwarded)
-    assert [c for c, n in seen.items() if n > 1] == [], "duplicate forwards"
-    assert set(seen) == set(threads), f"missing {sorted(set(threads) - set(seen))}"
+    await forwarded_once(ns, AGENT, threads)
     rejected = await collect(ns.bootstrap, ns.rejections, timeout=1)
     assert rejected == []

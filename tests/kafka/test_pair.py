@@ -32,17 +32,18 @@ def make_pair(
     retention: Retention | None = None,
 ) -> tuple[PartitionPair, CollectorRegistry]:
     registry = CollectorRegistry()
+    known = topics if topics is not None else {"replies"}
     ctx = PairContext(
         strict,
         "agui.rejections",
         "agui.warnings",
         wait_s,
         retention or Retention(10**9, 10**9, 10**9),
+        Metrics(registry),
+        WarningLimiter(5, 60_000),
+        known.__contains__,
     )
-    known = topics if topics is not None else {"replies"}
-    pair = PartitionPair(
-        TOPICS, 0, ctx, Metrics(registry), WarningLimiter(5, 60_000), known.__contains__
-    )
+    pair = PartitionPair(TOPICS, 0, ctx)
     return pair, registry
 
 

@@ -334,6 +334,15 @@ def with_pending_forward(g: Gateway, slot: PairSlot) -> None:
     assert [r.topic for r in slot.pair.round.out] == ["agui.bot.run-requests"]
 
 
+async def holding_a_pending_forward(g: Gateway) -> PairSlot:
+    """Pair bot/0 assigned and prepared, with a decided forward not yet committed."""
+    ev, rq = tps()
+    await assign(g, ev, rq)
+    slot = g.assignment.slots[("bot", 0)]
+    with_pending_forward(g, slot)
+    return slot
+
+
 def forwards(g: Gateway) -> int:
     return sum(t == "agui.bot.run-requests" for p in g.producers.made for t, _ in p.sent)
 
@@ -602,10 +611,7 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
 
 
 async def test_a_fenced_commit_is_not_reported_ready(gw):
-    ev, rq = tps()
-    await assign(gw, ev, rq)
-    slot = gw.assignment.slots[("bot", 0)]
-    with_pending_forward(gw, slot)
+    slot = await holding_a_pending_forward(gw)
     producer(gw).commit_error = ProducerFenced()
     assert await gw.assignment.commit([slot]) == ([], [])
     assert ("bot", 0) not in gw.assignment.slots
@@ -613,10 +619,7 @@ async def test_a_fenced_commit_is_not_reported_ready(gw):
 
 
 async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit(gw):
-    ev, rq = tps()
-    await assign(gw, ev, rq)
-    slot = gw.assignment.slots[("bot", 0)]
-    with_pending_forward(gw, slot)
+    slot = await holding_a_pending_forward(gw)
     producer(gw).commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
     assert await gw.assignment.commit([slot]) == ([], [slot])
     assert transactions(gw, "aborted") == 1
@@ -630,7 +633,7 @@ async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit
     assert slot.ready and gw.ready()[1]["denied"] == {
         "bot/0": "Write on topic agui.bot.run-requests"
     }
-    await run_round(gw, decided_round(ev, rq))  # granted now: the fresh producer commits
+    await run_round(gw, decided_round(*tps()))  # granted now: the fresh producer commits
     assert transactions(gw, "committed") == 1
     assert "agui.bot.run-requests" in [t for t, _ in producer(gw).sent]
     ok, details = gw.ready()
@@ -639,10 +642,7 @@ async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit
 
 
 async def test_a_denied_pair_that_is_given_up_no_longer_holds_readiness(gw):
-    ev, rq = tps()
-    await assign(gw, ev, rq)
-    slot = gw.assignment.slots[("bot", 0)]
-    with_pending_forward(gw, slot)
+    slot = await holding_a_pending_forward(gw)
     producer(gw).commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
     assert await gw.assignment.commit([slot]) == ([], [slot])
     assert gw.ready()[1]["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
@@ -805,16 +805,22 @@ async def test_a_defect_building_a_rounds_records_aborts_that_pair_and_the_loop_
     assert transactions(gw, "committed") == 1 and forwards(gw) == 1
 
 
-async def test_a_failed_round_propagates_its_own_error_and_every_client_is_closed(gw):
-    ev, rq = tps()
-    await assign(gw, ev, rq)
-    slot = gw.assignment.slots[("bot", 0)]
-    with_pending_forward(gw, slot)
-    made = producer(gw)
-    commits: list[PairSlot] = []
+async def started_with_a_pending_forward(gw):
+    """A gateway holding pair bot/0 with a decided forward not yet committed, and a
+    `start` that does nothing (already started): what `run` finds when it stops.
+    Returns the pair's producer."""
+    await holding_a_pending_forward(gw)
 
     async def started() -> None:
         return None
+
+    gw.start = started
+    return producer(gw)
+
+
+async def test_a_failed_round_propagates_its_own_error_and_every_client_is_closed(gw):
+    made = await started_with_a_pending_forward(gw)
+    commits: list[PairSlot] = []
 
     async def failing_round(batch) -> None:
         raise RuntimeError("the first error")
@@ -823,7 +829,6 @@ async def test_a_failed_round_propagates_its_own_error_and_every_client_is_close
         commits.extend(slots)
         raise RuntimeError("a second error")
 
-    gw.start = started
     gw.round = failing_round
     gw.assignment.commit = commit
     with pytest.raises(RuntimeError, match="the first error") as raised:
@@ -835,19 +840,11 @@ async def test_a_failed_round_propagates_its_own_error_and_every_client_is_close
 
 
 async def test_a_failing_final_commit_does_not_stop_the_clients_closing(gw):
-    ev, rq = tps()
-    await assign(gw, ev, rq)
-    slot = gw.assignment.slots[("bot", 0)]
-    with_pending_forward(gw, slot)
-    made = producer(gw)
-
-    async def started() -> None:
-        return None
+    made = await started_with_a_pending_forward(gw)
 
     async def commit(slots: list[PairSlot]) -> tuple:
         raise RuntimeError("commit failed")
 
-    gw.start = started
     gw.assignment.commit = commit
     stop = asyncio.Event()
     stop.set()
@@ -856,11 +853,7 @@ async def test_a_failing_final_commit_does_not_stop_the_clients_closing(gw):
 
 
 async def test_a_stop_with_the_broker_unreachable_skips_the_final_commit(gw):
-    ev, rq = tps()
-    await assign(gw, ev, rq)
-    slot = gw.assignment.slots[("bot", 0)]
-    with_pending_forward(gw, slot)
-    made = producer(gw)
+    made = await started_with_a_pending_forward(gw)
     commits: list[PairSlot] = []
 
     async def started() -> None:
