@@ -148,8 +148,10 @@ async def test_readiness_follows_the_broker_and_its_heap_is_the_one_set(up, tmp_
     await ns.create_agent(AGENT, partitions=2)
     gw = await gateway(ns, tmp_path, "gw").start()
     try:
-        status, body = readyz(gw)
-        assert (status, body["broker"]) == (200, "reachable")
+        # ready once does not mean ready still: a rebalance on a loaded machine
+        # may unassign the pairs for a moment
+        body = await wait_readyz(gw, 200, MARGIN_S)
+        assert body["broker"] == "reachable"
         up.kill()
         body = await wait_readyz(gw, 503, BROKER_TIMEOUT_S + MARGIN_S)
         assert body["broker"].startswith("unreachable: no answer since "), body
@@ -280,8 +282,8 @@ async def test_the_bridge_reports_the_broker_gone_and_stops_in_bounded_time(up, 
         shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
         **bridge_settings(ns, endpoints),
     ).start()
-    status, body = readyz(bridge)
-    assert (status, body["broker"]) == (200, "reachable")
+    body = await wait_readyz(bridge, 200, MARGIN_S)  # ready still (see above)
+    assert body["broker"] == "reachable"
     up.kill()
     killed_at_line = len(log_lines(bridge))
     body = await wait_readyz(bridge, 503, BROKER_TIMEOUT_S + MARGIN_S)
