@@ -83,19 +83,17 @@ aiokafka sends only `TxnOffsetCommit` v0 and `OffsetFetch` without
 5. The versions a connection negotiated (`client._get_conn(...)._versions`), to
    refuse plainly when the broker lacks v3 / v7 instead of letting aiokafka's
    sender fail on them.
-The protocol classes use aiokafka's own flexible-version types (`CompactString`,
+The protocol classes (`fencewire`) use aiokafka's own flexible-version types (`CompactString`,
 `CompactArray`, `TaggedFields`, `RequestStruct.FLEXIBLE_VERSION`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import time
 import types
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -104,21 +102,17 @@ from aiokafka.client import ConnectionGroup, CoordinationType
 from aiokafka.errors import IncompatibleBrokerVersion
 from aiokafka.producer.sender import TxnOffsetCommitHandler
 from aiokafka.producer.transaction_manager import TransactionState
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import (
-    Boolean,
-    CompactArray,
-    CompactString,
-    Int16,
-    Int32,
-    Int64,
-    Schema,
-    TaggedFields,
+from aiokafka.protocol.api import Request
+
+from gateway.kafka.fencewire import (
+    GroupMetadata,
+    OffsetFetchStableRequest,
+    TxnOffsetCommitRequestV3,
+    prepare,
 )
 
 log = logging.getLogger(__name__)
 
-NO_LEADER_EPOCH = -1
 RETRY_BACKOFF_S = 0.1
 
 # Error codes of the KIP-447 fence (Kafka's protocol error table); aiokafka 0.14
@@ -166,191 +160,6 @@ class GroupFenced(Exception):
 
 class OffsetsUnstable(TimeoutError):
     """A pending transaction still holds the group's offsets after the timeout."""
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMetadata:
-    """What a member's offsets are committed under (Kafka's ConsumerGroupMetadata)."""
-
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None = None
-
-
-# --- protocol: TxnOffsetCommit v3, OffsetFetch v7 (flexible versions) ---------------
-
-
-class TxnOffsetCommitResponse_v3(Response):
-    API_KEY = 28
-    API_VERSION = 3
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        (
-            "topics",
-            CompactArray(
-                ("name", CompactString("utf-8")),
-                (
-                    "partitions",
-                    CompactArray(
-                        ("partition_index", Int32),
-                        ("error_code", Int16),
-                        ("tags", TaggedFields),
-                    ),
-                ),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("tags", TaggedFields),
-    )
-
-
-class TxnOffsetCommitRequest_v3(RequestStruct):
-    FLEXIBLE_VERSION = True
-    API_KEY = 28
-    API_VERSION = 3
-    RESPONSE_TYPE = TxnOffsetCommitResponse_v3
-    SCHEMA = Schema(
-        ("transactional_id", CompactString("utf-8")),
-        ("group_id", CompactString("utf-8")),
-        ("producer_id", Int64),
-        ("producer_epoch", Int16),
-        ("generation_id", Int32),
-        ("member_id", CompactString("utf-8")),
-        ("group_instance_id", CompactString("utf-8")),
-        (
-            "topics",
-            CompactArray(
-                ("name", CompactString("utf-8")),
-                (
-                    "partitions",
-                    CompactArray(
-                        ("partition_index", Int32),
-                        ("committed_offset", Int64),
-                        ("committed_leader_epoch", Int32),
-                        ("committed_metadata", CompactString("utf-8")),
-                        ("tags", TaggedFields),
-                    ),
-                ),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("tags", TaggedFields),
-    )
-
-
-class TxnOffsetCommitRequestV3(Request[TxnOffsetCommitRequest_v3]):
-    """TxnOffsetCommit carrying the group's generation, member id and instance id."""
-
-    API_KEY = 28
-
-    def __init__(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        group: GroupMetadata,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
-    ) -> None:
-        self._fields = (transactional_id, producer_id, producer_epoch, group, offsets)
-
-    def build(self, request_struct_class: type[TxnOffsetCommitRequest_v3]) -> Any:
-        transactional_id, producer_id, producer_epoch, group, offsets = self._fields
-        by_topic: dict[str, list[tuple[int, int, int, str, dict[int, bytes]]]]
-        by_topic = collections.defaultdict(list)
-        for tp, (offset, metadata) in sorted(offsets.items()):
-            by_topic[tp.topic].append((tp.partition, offset, NO_LEADER_EPOCH, metadata, {}))
-        return request_struct_class(
-            transactional_id,
-            group.group_id,
-            producer_id,
-            producer_epoch,
-            group.generation_id,
-            group.member_id,
-            group.group_instance_id,
-            [(topic, parts, {}) for topic, parts in by_topic.items()],
-            {},
-        )
-
-
-class OffsetFetchResponse_v7(Response):
-    API_KEY = 9
-    API_VERSION = 7
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        (
-            "topics",
-            CompactArray(
-                ("name", CompactString("utf-8")),
-                (
-                    "partitions",
-                    CompactArray(
-                        ("partition_index", Int32),
-                        ("committed_offset", Int64),
-                        ("committed_leader_epoch", Int32),
-                        ("metadata", CompactString("utf-8")),
-                        ("error_code", Int16),
-                        ("tags", TaggedFields),
-                    ),
-                ),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("error_code", Int16),
-        ("tags", TaggedFields),
-    )
-
-
-class OffsetFetchRequest_v7(RequestStruct):
-    FLEXIBLE_VERSION = True
-    API_KEY = 9
-    API_VERSION = 7
-    RESPONSE_TYPE = OffsetFetchResponse_v7
-    SCHEMA = Schema(
-        ("group_id", CompactString("utf-8")),
-        (
-            "topics",
-            CompactArray(
-                ("name", CompactString("utf-8")),
-                ("partition_indexes", CompactArray(Int32)),
-                ("tags", TaggedFields),
-            ),
-        ),
-        ("require_stable", Boolean),
-        ("tags", TaggedFields),
-    )
-
-
-class OffsetFetchStableRequest(Request[OffsetFetchRequest_v7]):
-    """OffsetFetch with `require_stable`: pending transactional offsets are an error."""
-
-    API_KEY = 9
-
-    def __init__(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
-        self._group_id = group_id
-        self._partitions = sorted(set(partitions))
-
-    def build(self, request_struct_class: type[OffsetFetchRequest_v7]) -> Any:
-        by_topic: dict[str, list[int]] = collections.defaultdict(list)
-        for tp in self._partitions:
-            by_topic[tp.topic].append(tp.partition)
-        topics: list[tuple[str, list[int], dict[int, bytes]]] = [
-            (topic, parts, {}) for topic, parts in by_topic.items()
-        ]
-        return request_struct_class(self._group_id, topics, True, {})
-
-
-def _prepare(request: Request[Any], versions: dict[int, tuple[int, int]]) -> Any:
-    """Pick the one version we speak, or say plainly that the broker lacks it."""
-    try:
-        return request.prepare(versions)
-    except NotImplementedError:
-        low, high = versions.get(request.API_KEY, (None, None))
-        wanted = request._CLASSES[0].API_VERSION
-        raise IncompatibleBrokerVersion(
-            f"{type(request).__name__} needs API {request.API_KEY} version {wanted} "
-            f"(KIP-447); the broker offers {low}..{high}"
-        ) from None
 
 
 # --- the consumer side ------------------------------------------------------------
@@ -430,7 +239,7 @@ async def _fetch_once(
         conn = await client._get_conn(node_id, group=ConnectionGroup.COORDINATION)
         versions = conn._versions if conn is not None else {}
         request = OffsetFetchStableRequest(group_id, wanted)
-        _prepare(request, versions)  # a clear error if the broker lacks v7
+        prepare(request, versions)  # a clear error if the broker lacks v7
         response = await client.send(node_id, request, group=ConnectionGroup.COORDINATION)
     except (
         kafka_errors.CoordinatorNotAvailableError,
@@ -570,7 +379,7 @@ def _install(producer: AIOKafkaProducer) -> _Fence:
             return
         if conn is not None:
             try:
-                _prepare(TxnOffsetCommitRequestV3("", 0, 0, group, {}), conn._versions)
+                prepare(TxnOffsetCommitRequestV3("", 0, 0, group, {}), conn._versions)
             except IncompatibleBrokerVersion as exc:
                 _fail_abortable(self._txn_manager, exc)
                 return

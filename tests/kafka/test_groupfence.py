@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import IncompatibleBrokerVersion
 
 from gateway.kafka import clients, groupfence
 from gateway.kafka.groupfence import GroupFenced, GroupMetadata, OffsetsUnstable
@@ -303,54 +302,3 @@ async def test_a_static_member_replaced_under_its_instance_id_is_fenced(setup) -
             await first.stop()
         except Exception as exc:  # noqa: BLE001  (the fenced member may fail to leave)
             logging.getLogger(__name__).info("the fenced member stopped with %r", exc)
-
-
-def test_a_broker_without_the_kip447_versions_is_named_plainly() -> None:
-    group = GroupMetadata("g", 3, "member-1")
-    request = groupfence.TxnOffsetCommitRequestV3("txn", 7, 0, group, {})
-    with pytest.raises(IncompatibleBrokerVersion, match=r"API 28 version 3 \(KIP-447\).*0\.\.2"):
-        groupfence._prepare(request, {28: (0, 2)})
-    fetch = groupfence.OffsetFetchStableRequest("g", [TopicPartition("t", 0)])
-    with pytest.raises(IncompatibleBrokerVersion, match=r"API 9 version 7.*1\.\.6"):
-        groupfence._prepare(fetch, {9: (1, 6)})
-
-
-def test_the_v3_request_carries_the_group_fence() -> None:
-    group = GroupMetadata("g", 3, "member-1", "instance-a")
-    offsets = {TopicPartition("t", 1): (42, ""), TopicPartition("t", 0): (7, "m")}
-    request = groupfence.TxnOffsetCommitRequestV3("txn", 9, 2, group, offsets)
-    struct = groupfence._prepare(request, {28: (0, 6)})
-    assert struct.API_VERSION == 3 and struct.FLEXIBLE_VERSION
-    decoded = groupfence.TxnOffsetCommitRequest_v3.decode(struct.encode())
-    assert decoded.to_object() == {
-        "transactional_id": "txn",
-        "group_id": "g",
-        "producer_id": 9,
-        "producer_epoch": 2,
-        "generation_id": 3,
-        "member_id": "member-1",
-        "group_instance_id": "instance-a",
-        "topics": [
-            {
-                "name": "t",
-                "partitions": [
-                    {
-                        "partition_index": 0,
-                        "committed_offset": 7,
-                        "committed_leader_epoch": -1,
-                        "committed_metadata": "m",
-                        "tags": {},
-                    },
-                    {
-                        "partition_index": 1,
-                        "committed_offset": 42,
-                        "committed_leader_epoch": -1,
-                        "committed_metadata": "",
-                        "tags": {},
-                    },
-                ],
-                "tags": {},
-            }
-        ],
-        "tags": {},
-    }

@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.client import CoordinationType
 
-from gateway.kafka import clients, groupfence, hanging
+from gateway.kafka import clients, fencewire, groupfence, hanging
 from gateway.kafka.groupfence import GroupMetadata, OffsetsUnstable
 from gateway.settings import Settings
 from tests.integration.conftest import (  # noqa: F401  (the fixtures)
@@ -100,7 +100,7 @@ async def hang(
             await producer.send_offsets_to_transaction({tp: at}, group)
         assert await committed(settings, group, tp, 30) == at  # its marker is applied
         txn = producer._txn_manager
-        late = groupfence.TxnOffsetCommitRequestV3(
+        late = fencewire.TxnOffsetCommitRequestV3(
             transactional_id,
             txn.producer_id,
             txn.producer_epoch,
