@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
@@ -9,6 +11,7 @@ from gateway.core import lifecycle
 from gateway.core.classify import KNOWN_TYPES
 from gateway.core.codes import Reason, Rule, Verdict, Warn
 from gateway.http import exposition
+from gateway.observe.gauges import GaugeSnapshot
 from gateway.observe.metrics import (
     KNOWN_REASONS,
     OTHER,
@@ -239,6 +242,31 @@ def test_at_a_thousand_agents_the_default_exposition_stays_under_200_kb():
     assert sizes[1000] < 200_000, sizes
     # what grows with the fleet is the verdicts: about 150 bytes an agent here
     assert (sizes[1000] - sizes[100]) / 900 < 200, sizes
+
+
+def test_with_the_pair_state_gauges_of_a_thousand_agents_it_compresses_under_200_kb():
+    """The README's figure: six gauge series an agent (threads, open interrupts, lag
+    and worst-partition lag of both topics) on top of the verdicts."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    metrics = Metrics(registry, AgentDetail.DASHBOARD)
+    fleet_activity(metrics, 1000)
+    without = len(exposition(registry))
+    agents = [f"agent-{i:04d}" for i in range(1000)]
+    sides = [(a, t) for a in agents for t in ("events", "requests")]
+    metrics.gauges.publish(
+        GaugeSnapshot(
+            threads=dict.fromkeys(agents, 100),
+            open_interrupts=dict.fromkeys(agents, 3),
+            lag=dict.fromkeys(sides, 0),
+            lag_max=dict.fromkeys(sides, 0),
+        )
+    )
+    text = exposition(registry)
+    assert len(select(parse(text.decode()), "agui_gateway_consumer_lag")) == 2000
+    assert (len(text) - without) / 1000 < 450, (len(text), without)  # bytes an agent
+    assert len(gzip.compress(text)) < 200_000, len(text)
 
 
 def test_full_detail_is_what_grows_with_every_agent():
