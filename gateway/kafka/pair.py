@@ -21,7 +21,6 @@ from gateway.codec.records import (
     InRecord,
     Undecodable,
     decode_json,
-    from_consumer,
     peek_type,
     stream_type,
 )
@@ -38,6 +37,7 @@ from gateway.core.findings import Finding
 from gateway.kafka import shaping
 from gateway.kafka.decide import decide, lagging
 from gateway.kafka.effects import Effects
+from gateway.kafka.merge import Fence, Merge, Step
 from gateway.kafka.round import Round
 from gateway.kafka.shaping import MAX_KEY_BYTES, MAX_RECORD_BYTES
 from gateway.kafka.sweep import Sweep
@@ -50,14 +50,6 @@ from gateway.state.store import ThreadStore
 log = logging.getLogger("gateway.pair")
 
 __all__ = ["MAX_KEY_BYTES", "MAX_RECORD_BYTES", "Fence", "PairContext", "PartitionPair"]
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """Events up to `events_end` were in the log when requests up to `covers` had arrived."""
-
-    covers: int  # highest request offset the fence covers
-    events_end: int  # the events partition's end offset, looked up after those requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +81,11 @@ class PartitionPair:
         self.policy = Policy(strict=context.settings_strict)
         self.metrics = context.metrics
         self.store = ThreadStore()  # committed states
-        self.events: deque[Any] = deque()  # ConsumerRecord or InRecord: same attributes
-        self.requests: deque[InRecord] = deque()
+        self.merge = Merge(context.merge_max_wait_s)  # the two inputs, buffered
         self._active: set[bytes] = set()  # keys of threads whose run is active
         self._active_committed: set[bytes] = set()  # the same, as last committed
         self.sweeper = Sweep(context.retention)
         self.effects = Effects(topics, context)
-        self.fence: Fence | None = None
-        self.waiting_since: float | None = None
         self.round = self._new_round()  # the open round, being filled
         self.sealed: Round | None = None  # the round whose transaction is being committed
         # committed facts
@@ -110,12 +99,7 @@ class PartitionPair:
 
     def take(self, side: str, records: list[Any], received: float = 0.0) -> None:
         """Buffer consumed records (aiokafka ConsumerRecords or InRecords) of one side."""
-        if side == "events":
-            self.events.extend(records)
-        else:
-            self.requests.extend(
-                r if isinstance(r, InRecord) else from_consumer(r, received) for r in records
-            )
+        self.merge.take(side, records, received)
 
     def load_store(self, store: ThreadStore, active: set[str], open_interrupts: int) -> None:
         """Take a restored store, with its threads whose run is active and its open count."""
@@ -133,55 +117,32 @@ class PartitionPair:
         return self.store.get(thread_id)
 
     def needs_fence(self) -> bool:
-        if not self.requests:
-            return False
-        return self.fence is None or self.requests[0].offset > self.fence.covers
+        return self.merge.needs_fence()
 
     def set_fence(self, events_end: int) -> None:
-        if self.requests:
-            self.fence = Fence(self.requests[-1].offset, events_end)
+        self.merge.set_fence(events_end)
 
     def has_work(self) -> bool:
-        return bool(self.events or self.requests)
+        return self.merge.has_work()
 
     def has_pending(self) -> bool:
         """Something decided or consumed is not committed yet (in either layer)."""
         return not self.round.empty() or self.sealed is not None
 
-    # --- the merge -------------------------------------------------------------------------
-
     def process(self, events_position: int | None, mono_now: float, wall_ms: int) -> None:
         """Consume buffered records in timestamp order, as far as the fence allows."""
-        events, requests = self.events, self.requests
-        if not requests and events:
-            self._apply_all(events)
-        while events or requests:
-            if requests and (not events or requests[0].timestamp < events[0].timestamp):
-                head = requests[0]
-                if not events and not self._fenced(head, events_position):
-                    if self.waiting_since is None:
-                        self.waiting_since = mono_now
-                    waited = mono_now - max(self.waiting_since, head.received)
-                    if waited < self.ctx.merge_max_wait_s:
-                        break  # the events side lags: wait for it, bounded
-                    # Never judged against an events side not read up to it: rejected,
-                    # retryable. The wait goes on for the next request (it lags too).
-                    requests.popleft()
-                    self._lagging(head, wall_ms, waited)
-                    continue
-                self.waiting_since = None
-                requests.popleft()
-                self._judge(head, wall_ms)
+        merge = self.merge
+        if not merge.requests and merge.events:
+            self._apply_all(merge.events)
+        while (step := merge.next(events_position, mono_now)) is not None:
+            if step.kind is Step.EVENT:
+                self._apply(step.record)
+            elif step.kind is Step.REQUEST:
+                self._judge(step.record, wall_ms)
             else:
-                self._apply(events.popleft())
+                self._lagging(step.record, wall_ms, step.waited)
         if self.round.started is None and not self.round.empty():
             self.round.started = mono_now
-
-    def _fenced(self, head: InRecord, events_position: int | None) -> bool:
-        fence = self.fence
-        if fence is None or head.offset > fence.covers or events_position is None:
-            return False
-        return events_position >= fence.events_end
 
     # --- events ---------------------------------------------------------------------------
 
@@ -274,16 +235,16 @@ class PartitionPair:
         if new is not None and outcome.change is not Change.NONE:
             self._count_change(outcome.change, new)
         if new is not None and new is not state:
-            self._put(state, new)  # last: nothing above is left half done
+            self.put(state, new)  # last: nothing above is left half done
 
     def _count_change(self, change: Change, state: ThreadState) -> None:
         m, agent = self.metrics, self.agent
         if change is Change.CLOSED:
-            self._defer(m.runs_closed.labels(agent, outcome_label(state.outcome)).inc)
+            self.defer(m.runs_closed.labels(agent, outcome_label(state.outcome)).inc)
             for interrupt in state.interrupts:
-                self._defer(m.interrupts_raised.labels(agent, reason_label(interrupt.reason)).inc)
+                self.defer(m.interrupts_raised.labels(agent, reason_label(interrupt.reason)).inc)
         elif change is Change.FAILED:
-            self._defer(m.runs_closed.labels(agent, "failed").inc)
+            self.defer(m.runs_closed.labels(agent, "failed").inc)
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -320,7 +281,7 @@ class PartitionPair:
         exc = self._guarded(reject, "internal error rejecting a request", record, thread_id)
         if exc is not None:
             self.effects.internal_error(self.round, record, thread_id, now_ms, exc)
-        self._defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
+        self.defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
 
     def _judge_one(self, record: InRecord, thread_id: str | None, now_ms: int) -> None:
         found = decide(record, thread_id, self.state, now_ms, self.policy)
@@ -329,7 +290,7 @@ class PartitionPair:
             self.round, record, found.decision, thread_id, now_ms, found.forward, found.raw
         )
         if found.new is not None and found.new is not found.state:
-            self._put(found.state, found.new)  # last: nothing above is left half done
+            self.put(found.state, found.new)  # last: nothing above is left half done
 
     # --- sweeping -------------------------------------------------------------------------
 
@@ -362,24 +323,18 @@ class PartitionPair:
 
     # --- state and the round's bookkeeping ---------------------------------------------------
 
-    def _put(self, old: ThreadState | None, new: ThreadState) -> None:
+    def put(self, old: ThreadState | None, new: ThreadState) -> None:
+        """Store a thread's new state in the open round."""
         self.round.put(old, new)  # first: raises, changing nothing, if it cannot be encoded
         if new.status is RunStatus.ACTIVE:
             self._active.add(new.thread_id.encode())
         elif old is not None and old.status is RunStatus.ACTIVE:
             self._active.discard(new.thread_id.encode())
 
-    def put(self, old: ThreadState | None, new: ThreadState) -> None:
-        """Store a thread's new state in the open round (the sweep's expiries)."""
-        self._put(old, new)
-
     def delete(self, old: ThreadState) -> None:
         """Forget a thread in the open round (the sweep's retention)."""
         self.round.delete(old)
         self._active.discard(old.thread_id.encode())
-
-    def _defer(self, update: Callable[[], None]) -> None:
-        self.round.deferred.append(update)
 
     def defer(self, update: Callable[[], None]) -> None:
         """A metric update to make once the open round commits."""
@@ -432,7 +387,4 @@ class PartitionPair:
                 self.ctx.limiter.undo(layer.admitted)
         self.round, self.sealed = self._new_round(), None
         self._active = set(self._active_committed)
-        self.events.clear()
-        self.requests.clear()
-        self.fence = None
-        self.waiting_since = None
+        self.merge.clear()

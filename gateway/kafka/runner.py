@@ -290,14 +290,14 @@ class Gateway:
                     self.busy[slot.key] = slot
         ready = [s for s in self.busy.values() if s.ready and a.holds(s)]
         await fences.set(ready)
-        await self.reply_topics.refresh_for(r for s in ready for r in s.pair.requests)
+        await self.reply_topics.refresh_for(r for s in ready for r in s.pair.merge.requests)
         wall_ms = int(self.wall_clock() * 1000)
         for slot in ready:
             if slot.discarded:
                 continue  # revoked while this round waited
             if slot.pair.has_work():
                 position: int | None = 0  # no events topic: nothing to wait for
-                if slot.events_tp is not None and slot.pair.requests:
+                if slot.events_tp is not None and slot.pair.merge.requests:
                     try:
                         position = await self.consumer.position(slot.events_tp)
                     except IllegalStateError:

@@ -127,7 +127,7 @@ def test_request_waits_for_the_events_fence_then_is_judged_on_fresh_state():
     pair.take("requests", [f.rec("requests", answer(), 30)])
     pair.set_fence(events_end=2)  # RUN_FINISHED (offset 1) is in the log but not yet fetched
     pair.process(events_position=1, mono_now=100.0, wall_ms=0)
-    assert pair.round.out == [] and len(pair.requests) == 1  # waiting, nothing judged
+    assert pair.round.out == [] and len(pair.merge.requests) == 1  # waiting, nothing judged
     pair.take("events", [f.rec("events", interrupted(), 20)])
     pair.process(events_position=2, mono_now=100.5, wall_ms=0)
     assert out_topics(pair) == ["agui.bot.run-requests"]

@@ -1,4 +1,5 @@
-"""Output shaping, the round and deciding are pure: no Kafka client, no event loop, no clock, no metrics."""
+"""Output shaping, the round, deciding and the merge are pure: no Kafka client, no event loop,
+no clock, no metrics."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import gateway.kafka
 
 KAFKA_DIR = Path(gateway.kafka.__file__).parent
-PURE = ("shaping", "round", "decide")
+PURE = ("shaping", "round", "decide", "merge")
 
 FORBIDDEN = {
     "aiokafka": "Kafka belongs to the checkpoint and the clients module",
@@ -72,6 +73,7 @@ def test_importing_the_pure_modules_loads_no_kafka_client_loop_or_metrics():
     script = (
         "import json, sys\n"
         "import gateway.kafka.shaping, gateway.kafka.round, gateway.kafka.decide\n"
+        "import gateway.kafka.merge\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     done = subprocess.run(
