@@ -249,16 +249,14 @@ def tool_call(
 
 def interrupted_run(thread_id: str, run_id: str, interrupts: list[dict[str, Any]]) -> list[bytes]:
     """A run's events, started and finished with these interrupts open."""
+    return closed_run(thread_id, run_id, {"type": "interrupt", "interrupts": interrupts})
+
+
+def closed_run(thread_id: str, run_id: str, outcome: dict[str, Any]) -> list[bytes]:
+    """A run's events, started and finished with `outcome`."""
     return [
         dumps({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id}),
-        dumps(
-            {
-                "type": "RUN_FINISHED",
-                "threadId": thread_id,
-                "runId": run_id,
-                "outcome": {"type": "interrupt", "interrupts": interrupts},
-            }
-        ),
+        dumps({"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id, "outcome": outcome}),
     ]
 
 
@@ -813,18 +811,7 @@ def run_input(
 
 def idle_thread_events(rng: random.Random, ids: Ids, thread_id: str) -> list[bytes]:
     """A thread whose latest run closed with success: what most threads look like."""
-    run_id = ids.uuid()
-    return [
-        dumps({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id}),
-        dumps(
-            {
-                "type": "RUN_FINISHED",
-                "threadId": thread_id,
-                "runId": run_id,
-                "outcome": {"type": "success"},
-            }
-        ),
-    ]
+    return closed_run(thread_id, ids.uuid(), {"type": "success"})
 
 
 def interrupted_thread_events(
