@@ -100,20 +100,24 @@ class Preparer:
             [topics.run_requests, *self.names.shared_outputs()],
             [TopicPartition(topics.changelog, partition)],
         )
-        swept = await self.checkpoint.sweep(slot.key, partitions, offsets)
         where = {"agent": agent, "partition": partition, "pending": pending}
-        if swept is None:
-            log.error(
-                "committed offsets held by a transaction this instance cannot abort; "
-                "waiting for the broker (see the README: hanging transactions)",
-                extra=where,
-            )
+        try:
+            swept = await self.checkpoint.sweep(slot.key, partitions, offsets)
+        except Exception as exc:  # the long wait below still ends a transaction the broker knows
+            log.error("sweeping a hanging transaction failed", extra={**where, "error": repr(exc)})
         else:
-            log.warning(
-                "committed offsets held by a hanging transaction of this pair's "
-                "transactional id; aborted it",
-                extra={**where, "partitions": len(swept)},
-            )
+            if swept is None:
+                log.error(
+                    "committed offsets held by a transaction this instance cannot abort; "
+                    "waiting for the broker (see the README: hanging transactions)",
+                    extra=where,
+                )
+            else:
+                log.warning(
+                    "committed offsets held by a hanging transaction of this pair's "
+                    "transactional id; aborted it",
+                    extra={**where, "partitions": len(swept)},
+                )
         return await self.checkpoint.committed_offsets(tps, slot.committed)
 
     async def check_agent(self, agent: str) -> str | None:

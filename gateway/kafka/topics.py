@@ -44,10 +44,10 @@ class TopicNames:
         )
 
     def shared_outputs(self) -> list[str]:
-        """The topics every pair writes besides its agent's own: rejections, warnings
-        and the edge's replies (reply topics named by requests are not known ahead)."""
+        """The topics every pair writes besides its agent's own: rejections and warnings
+        (reply topics, the edge's included, are named by requests)."""
         s = self._settings
-        return [s.rejections_topic, s.warnings_topic, s.edge_reply_topic]
+        return [s.rejections_topic, s.warnings_topic]
 
     def classify(self, topic: str) -> tuple[str, str] | None:
         """(agent, "events"|"requests") for a consumed topic, else None."""
