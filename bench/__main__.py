@@ -1,6 +1,6 @@
 """`python -m bench`: run the benchmark and write bench/results/latest.{json,md}.
 
-    .venv/bin/python -m bench [--size tiny|small|full] [--out bench/results]
+    .venv/bin/python -m bench [--size tiny|small|medium|full] [--out bench/results]
                               [--bootstrap HOST:PORT] [--only ingest,decisions,...]
                               [--fleet 1,10,50,200,1000] [--profile] [--repeat N]
                               [--interrupt-share 0.3]
