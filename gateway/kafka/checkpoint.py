@@ -36,6 +36,14 @@ log = logging.getLogger("gateway.checkpoint")
 PairKey = tuple[str, int]
 WRITTEN_TOPICS_METADATA_S = 5.0  # a metadata update before writing a topic new to a producer
 OFFSET_VISIBILITY_TRIES = 50  # OffsetFetch asked again while it lags our own commit
+# A transactional producer's batch per partition. aiokafka keeps one produce request in
+# flight per broker and sends a partition's next batch only after the previous one left,
+# so with its default (16 KiB) a round's records for one partition (every reply goes to
+# one reply topic) took one round trip per 16 KiB: a large round after a disturbance
+# committed in seconds, and the next round grew larger still. Under the broker's default
+# max.message.bytes (1 MiB) with room for one more record of up to MAX_RECORD_BYTES,
+# which a batch always takes first and alone when it would not fit.
+PRODUCER_BATCH_BYTES = 512 * 1024
 
 
 class Outcome(enum.Enum):
@@ -111,6 +119,7 @@ class Checkpoint:
             enable_idempotence=True,
             transaction_timeout_ms=s.transaction_timeout_ms,
             linger_ms=2,
+            max_batch_size=PRODUCER_BATCH_BYTES,
             # Brokers that verify transactional partitions (KIP-890) answer the first
             # write of a transaction from aiokafka's older produce version with a
             # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
