@@ -285,14 +285,24 @@ async def send_batched(
     the next begun. The delivery futures, one per batch, each to be checked before
     the commit. Records without a partition go where `send` would put them (the
     producer's partitioner: by key)."""
+    # aiokafka internals, as `send` uses them: the topic's metadata, then the partitioner
+    # over the topic's partitions (listed once per topic here, not once per record)
+    partitions: dict[str, tuple[list[int], list[int]]] = {}
     for topic in {r.topic for r in records}:
-        await producer.client._wait_on_metadata(topic)  # aiokafka internal: as `send` does
+        await producer.client._wait_on_metadata(topic)
+        metadata = producer._metadata
+        partitions[topic] = (
+            list(metadata.partitions_for_topic(topic)),
+            list(metadata.available_partitions_for_topic(topic)),
+        )
+    partitioner = producer._partitioner
     filling: dict[tuple[str, int], Any] = {}
     delivered: list[asyncio.Future[object]] = []
     for r in records:
         partition = r.partition
-        if partition is None:  # aiokafka internal: the partitioner `send` would run
-            partition = producer._partition(r.topic, None, r.key, r.value, r.key, r.value)
+        if partition is None:
+            every, available = partitions[r.topic]
+            partition = every[0] if len(every) == 1 else partitioner(r.key, every, available)
         batch = filling.get((r.topic, partition))
         if batch is None:
             batch = filling[(r.topic, partition)] = producer.create_batch()

@@ -7,6 +7,7 @@ The real producer's batch path runs against the broker in tests/integration
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 from gateway.codec.records import OutRecord
@@ -40,8 +41,15 @@ class Producer:
         self.client = Client()
         self.batches: list[tuple[str, int, list[bytes | None]]] = []
 
-    def _partition(self, topic: str, partition: Any, key: Any, *rest: Any) -> int:
-        return len(key) % 3
+    # "out" has partitions 0-2 (by key: len(key) % 3), "log" partition 0 only
+    _metadata = SimpleNamespace(
+        partitions_for_topic=lambda topic: {0, 1, 2} if topic == "out" else {0},
+        available_partitions_for_topic=lambda topic: {0, 1, 2} if topic == "out" else {0},
+    )
+
+    @staticmethod
+    def _partitioner(key: bytes, every: list[int], available: list[int]) -> int:
+        return every[len(key) % len(every)]
 
     def create_batch(self) -> SmallBatch:
         return SmallBatch(2)
@@ -62,16 +70,18 @@ async def test_records_go_in_one_batch_per_partition_in_order_full_ones_sent_fir
         OutRecord("log", b"t", b"4", partition=0),  # a partition of its own
         OutRecord("out", b"k", b"5"),  # partition 1's first batch is full
         OutRecord("log", b"t", None, partition=0),  # a tombstone
+        OutRecord("log", b"kk", b"6"),  # a topic of one partition: that one
     ]
     delivered = await send_batched(producer, records)  # type: ignore[arg-type]
     assert sorted(producer.client.waited) == ["log", "out"]
-    assert producer.batches[0] == ("out", 1, [b"1", b"3"])  # full: sent when 5 came
-    assert sorted(producer.batches[1:]) == [
-        ("log", 0, [b"4", None]),
+    # full batches are sent as the next record of their partition comes
+    assert producer.batches[:2] == [("out", 1, [b"1", b"3"]), ("log", 0, [b"4", None])]
+    assert sorted(producer.batches[2:]) == [
+        ("log", 0, [b"6"]),
         ("out", 1, [b"5"]),
         ("out", 2, [b"2"]),
     ]
-    assert len(delivered) == len(producer.batches) == 4
+    assert len(delivered) == len(producer.batches) == 5
     assert all(d.done() for d in delivered)
 
 

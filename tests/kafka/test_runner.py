@@ -179,8 +179,15 @@ class FakeProducer:
             delivered.set_result(None)
         return delivered
 
-    def _partition(self, topic, partition, key, value, key_bytes, value_bytes) -> int:
-        return 0 if partition is None else partition
+    @property
+    def _metadata(self) -> SimpleNamespace:  # every topic has one partition
+        return SimpleNamespace(
+            partitions_for_topic=lambda topic: {0}, available_partitions_for_topic=lambda t: {0}
+        )
+
+    @staticmethod
+    def _partitioner(key, every, available) -> int:
+        return every[0]
 
     def create_batch(self) -> FakeBatch:
         return FakeBatch()
