@@ -91,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a gateway setting for every gateway the bench runs (repeatable), e.g. "
+        help="a gateway setting for every gateway the bench runs but the fleet's "
+        "(repeatable), e.g. "
         "producer_scope=instance, to measure it beside the defaults",
     )
     p.add_argument("--keep-broker", action="store_true", help="leave a broker it started running")

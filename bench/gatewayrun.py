@@ -42,7 +42,7 @@ from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 
 AGENT = "bench"
-# gateway settings every scenario's gateway gets (`--gateway-setting KEY=VALUE`), e.g. to
+# gateway settings every scenario's gateway but the fleet's gets (`--gateway-setting`), e.g. to
 # measure a setting against the defaults in the same session
 SETTING_OVERRIDES: dict[str, str] = {}
 
