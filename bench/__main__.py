@@ -1,6 +1,6 @@
 """`python -m bench`: run the benchmark and write bench/results/latest.{json,md}.
 
-    .venv/bin/python -m bench [--size tiny|small|full] [--out bench/results]
+    .venv/bin/python -m bench [--size tiny|small|medium|full] [--out bench/results]
                               [--bootstrap HOST:PORT] [--only ingest,decisions,...]
                               [--fleet 1,10,50,200,1000] [--profile] [--repeat N]
                               [--interrupt-share 0.3]
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import broker as brokers
+from bench import gatewayrun
 from bench.config import SIZES, Context
 from bench.report import machine, now_iso, source_version, write
 from gateway.observe.logs import JsonFormatter
@@ -83,7 +84,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="also profile the gateway (pyinstrument) during ingest and decisions",
+        help="also profile the gateway (pyinstrument) during ingest, decisions and latency",
+    )
+    p.add_argument(
+        "--gateway-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a gateway setting for every gateway the bench runs but the fleet's "
+        "(repeatable), e.g. "
+        "producer_scope=instance, to measure it beside the defaults",
     )
     p.add_argument("--keep-broker", action="store_true", help="leave a broker it started running")
     p.add_argument("--keep-topics", action="store_true", help="do not delete the run's topics")
@@ -168,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("KAFKA_HEAP_OPTS", FLEET_BROKER_HEAP)
     if args.repeat:
         size = dataclasses.replace(size, repeat=args.repeat)
+    for setting in args.gateway_setting:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            print(f"bench: --gateway-setting takes KEY=VALUE, not {setting!r}", file=sys.stderr)
+            return 2
+        gatewayrun.SETTING_OVERRIDES[key.strip().lower()] = value
     started = time.perf_counter()
     broker = brokers.ensure_broker(args.bootstrap)
     work = Path(tempfile.mkdtemp(prefix="agui-bench-"))
@@ -220,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "machine": info,
         "source": _source(source_at_start, source_version(brokers.REPO_ROOT)),
-        "config": ctx.describe(),
+        "config": {**ctx.describe(), "gateway_settings": dict(gatewayrun.SETTING_OVERRIDES)},
         "wall_seconds": round(time.perf_counter() - started, 1),
         "figures": [f.to_json() for f in figures],
         "details": details,

@@ -42,6 +42,9 @@ from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 
 AGENT = "bench"
+# gateway settings every scenario's gateway but the fleet's gets (`--gateway-setting`), e.g. to
+# measure a setting against the defaults in the same session
+SETTING_OVERRIDES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class Names:
             "rejections_topic": f"{self.outputs}.rejections",
             "warnings_topic": f"{self.outputs}.warnings",
             "log_level": "INFO",
+            **SETTING_OVERRIDES,
             **overrides,
         }
 
@@ -326,9 +330,13 @@ def _free_port() -> int:
 class GatewayProcess:
     """`python -m gateway run` with the given settings, logging to a file."""
 
-    def __init__(self, settings: dict[str, Any], log_path: Path) -> None:
+    def __init__(
+        self, settings: dict[str, Any], log_path: Path, command: list[str] | None = None
+    ) -> None:
         self.port = _free_port()
         self.log_path = log_path
+        # what runs instead of `python -m gateway run` (the profiled gateway of the latency run)
+        self.command = command or [sys.executable, "-m", "gateway", "run"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGUI_GATEWAY_")}
         env.update({f"AGUI_GATEWAY_{k.upper()}": str(v) for k, v in settings.items()})
         env["AGUI_GATEWAY_HTTP_PORT"] = str(self.port)
@@ -338,7 +346,7 @@ class GatewayProcess:
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "run"],
+                self.command,
                 env=self.env,
                 stdout=log,
                 stderr=log,

@@ -106,6 +106,14 @@ class Settings(BaseSettings):
         default=1000, ge=1
     )  # most delay for offsets of state-neutral records
     """Longest delay before committing what events alone changed."""
+    commit_min_interval_ms: int = Field(default=0, ge=0, le=1000)
+    """Under load, a pair's next commit starts only this long after its last one began
+    (or once commit_min_records are pending): fewer, larger transactions. A request
+    after a quiet spell still commits at once. 0: each commit starts as soon as the
+    last one ended."""
+    commit_min_records: int = Field(default=0, ge=0)
+    """Records pending in a pair's round that start its commit before
+    commit_min_interval_ms has passed (0: only the interval counts)."""
     transaction_timeout_ms: int = Field(default=60000, ge=1000)
     """Producer transaction timeout."""
     revoke_timeout_s: float = Field(default=10.0, gt=0)

@@ -16,6 +16,7 @@ import contextlib
 import gc
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -110,6 +111,7 @@ async def one_run(
     rate: float | None = None,
     disturb: Disturb | None = None,
     hog: bool = False,
+    profile_out: Path | None = None,
 ) -> dict[str, Any]:
     """One gateway process, its threads' events consumed, then requests offered at `rate`.
 
@@ -118,7 +120,9 @@ async def one_run(
     kept under "disturbance". The raw (sent at, latency) pairs are under
     "latencies" (the caller drops them before writing results). With `hog`,
     a CPU hog (a busy loop in a process of its own) runs from just before
-    the first request until the last forward was seen.
+    the first request until the last forward was seen. With `profile_out`, the gateway
+    runs under pyinstrument (bench/profiledgateway.py), sampled from the first request
+    sent until the last forward was seen; the summary is under "profile".
     """
     size = ctx.size
     names = Names(
@@ -131,14 +135,24 @@ async def one_run(
         )
         await produce(ctx.bootstrap, names.events, workload.events())
         event_ends = await end_offsets(ctx.bootstrap, names.events, size.partitions)
-        gateway = GatewayProcess(settings, ctx.work / f"gateway-latency-{rep}.log")
+        command = None
+        if profile_out is not None:
+            (profile_out / "profile-latency.json").unlink(missing_ok=True)  # a previous run's
+            command = [sys.executable, "-m", "bench.profiledgateway", str(profile_out)]
+        gateway = GatewayProcess(settings, ctx.work / f"gateway-latency-{rep}.log", command)
         gateway.start()
         try:
             await gateway.wait_ready(120)
             await _wait_committed(admin, names.group, event_ends, 300)
             with CpuHog() if hog else contextlib.nullcontext() as hogging:
                 result = await _offer(
-                    ctx, names, workload, gateway, rate or size.latency_rate, disturb
+                    ctx,
+                    names,
+                    workload,
+                    gateway,
+                    rate or size.latency_rate,
+                    disturb,
+                    profiled=profile_out is not None,
                 )
             if hogging is not None:
                 result["hog_cpu_percent"] = hogging.cpu_percent
@@ -158,6 +172,7 @@ async def _offer(
     gateway: GatewayProcess,
     rate: float,
     disturb: Disturb | None,
+    profiled: bool = False,
 ) -> dict[str, Any]:
     size = ctx.size
     requests = workload.requests()
@@ -175,6 +190,7 @@ async def _offer(
     received = 0
     stop = asyncio.Event()
     disturbing: asyncio.Task[dict[str, Any]] | None = None
+    profile: dict[str, Any] | None = None
 
     async def collect() -> None:
         nonlocal received
@@ -197,11 +213,14 @@ async def _offer(
         gc.freeze()
         collector = asyncio.create_task(collect())
         assert gateway.proc is not None
+        metrics_before = await asyncio.to_thread(gateway.metrics)
         cpu_before = _cpu_seconds(gateway.proc.pid)
         broker = _broker_pid(ctx.bootstrap)
         broker_before = _cpu_seconds(broker) if broker else math.nan
         bench_before = _cpu_seconds(os.getpid())
         busy_before, total_before = _machine_busy()
+        if profiled:
+            gateway.proc.send_signal(signal.SIGUSR1)  # sampling starts with the load
         started_wall = time.time()
         started = time.perf_counter()
         interval = 1.0 / rate
@@ -237,6 +256,9 @@ async def _offer(
         busy_after, total_after = _machine_busy()
         stop.set()
         await collector
+        if profiled:  # stop sampling; writing the profile holds the gateway's loop a while
+            gateway.proc.send_signal(signal.SIGUSR2)
+            profile = await _profile_summary(ctx.out)
         metrics = await asyncio.to_thread(gateway.metrics)
     finally:
         gc.unfreeze()
@@ -251,6 +273,14 @@ async def _offer(
     warm = [lat for sent, lat in latencies if sent - started_wall >= size.latency_warmup_seconds]
     worst = sorted(latencies, key=lambda x: x[1], reverse=True)[:10]
     internal = _histogram(metrics, "agui_gateway_decision_seconds")
+    # during the load only: the transactions committed and the requests decided in them
+    committed = "agui_gateway_transactions_total{result=committed}"
+    transactions = metrics.get(committed, 0.0) - metrics_before.get(committed, 0.0)
+    decided = sum(
+        v - metrics_before.get(k, 0.0)
+        for k, v in metrics.items()
+        if k.startswith("agui_gateway_requests_total")
+    )
     if not warm:
         raise RuntimeError("no forward was seen after the warm-up")
     return {
@@ -264,18 +294,25 @@ async def _offer(
         "p99_ms": 1000 * percentile(warm, 99),
         "max_ms": 1000 * max(warm),
         "gateway_cpu_percent": round(100 * cpu / drained_seconds, 1),
+        # CPU time per request sent: what the machine's load changes least
+        "gateway_cpu_ms_per_request": round(1000 * cpu / len(requests), 3),
         "broker_cpu_percent": round(100 * broker_cpu / drained_seconds, 1),
         "bench_client_cpu_percent": round(100 * bench_cpu / drained_seconds, 1),
         "machine_busy_percent": round(
             100 * (busy_after - busy_before) / max(1, total_after - total_before), 1
         ),
         "gateway_decision_seconds": internal,
-        "gateway_transactions": metrics.get("agui_gateway_transactions_total{result=committed}"),
+        "gateway_transactions": transactions,
+        "gateway_requests_per_transaction": round(decided / transactions, 2)
+        if transactions
+        else None,
+        "gateway_transactions_per_s": round(transactions / drained_seconds, 1),
         "gateway_merge_wait_expired": sum(
             v for k, v in metrics.items() if k.startswith("agui_gateway_merge_wait_expired_total")
         ),
         "timeline": _timeline(latencies, started_wall),
         "disturbance": disturbance,
+        "profile": profile,
         "latencies": [(sent - started_wall, lat) for sent, lat in latencies],
         "worst": [
             {"sent_after_s": round(sent - started_wall, 3), "latency_ms": round(1000 * lat, 1)}
@@ -336,6 +373,18 @@ def worst_of(runs: list[dict[str, Any]]) -> str:
     return f"worst of {len(runs)} runs" if len(runs) > 1 else "single run"
 
 
+async def _profile_summary(out: Path, timeout: float = 60) -> dict[str, Any] | None:
+    """The profiled gateway's summary, once it has written it (after SIGUSR2)."""
+    path = out / "profile-latency.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            found: dict[str, Any] = orjson.loads(path.read_bytes())
+            return found
+        await asyncio.sleep(0.2)
+    return None
+
+
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     size = ctx.size
     workload = workload_for(ctx, size.latency_rate, size.latency_seconds, 2)
@@ -349,7 +398,18 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             f"p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, "
             f"{result['forwards_seen']}/{result['forwards_expected']} forwards, "
             f"CPU: gateway {result['gateway_cpu_percent']}%, broker {result['broker_cpu_percent']}%, "
-            f"machine {result['machine_busy_percent']}% of all cores"
+            f"machine {result['machine_busy_percent']}% of all cores, gateway CPU "
+            f"{result['gateway_cpu_ms_per_request']} ms per request, "
+            f"{result['gateway_transactions_per_s']} transactions/s, "
+            f"{result['gateway_requests_per_transaction']} requests per transaction"
+        )
+    profile: dict[str, Any] | None = None
+    if ctx.profile:  # an extra run, never one of the measured ones
+        profiled = await one_run(ctx, "profile", workload, profile_out=ctx.out)
+        profile = profiled.get("profile")
+        ctx.log(
+            f"latency: profiled run p50 {profiled['p50_ms']:.1f} ms, p99 "
+            f"{profiled['p99_ms']:.1f} ms; profile written to {ctx.out}/profile-latency.txt"
         )
     how = (
         f"median of {size.repeat} runs' percentiles" if size.repeat > 1 else "single run"
@@ -399,6 +459,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         "warmup_seconds": size.latency_warmup_seconds,
         "runs": runs,
         "gateway": "subprocess: python -m gateway run (default settings, INFO logs to a file)",
+        "profile": profile,
         "note": note,
     }
     return figures, detail

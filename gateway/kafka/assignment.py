@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from gateway.kafka.checkpoint import Outcome, Work, stop_producer
 from gateway.kafka.denials import RETRY_MAX_S, RETRY_S
+from gateway.kafka.pacing import CommitPacing
 from gateway.kafka.pair import PartitionPair
 from gateway.kafka.prepare import Preparer
 from gateway.kafka.round import Round
@@ -71,6 +72,9 @@ class Assignment:
         self._prepares: set[asyncio.Task[None]] = set()
         self._closers: set[asyncio.Task[None]] = set()
         self._inflight: dict[PairKey, asyncio.Task[None]] = {}  # commits under way
+        # a floor on a pair's commits under load (off unless the runner sets one)
+        self.pacing = CommitPacing()
+        self._paced: dict[PairKey, asyncio.TimerHandle] = {}  # commits waiting for the floor
         self._preparing = asyncio.Semaphore(PREPARE_CONCURRENCY)
 
     # --- what is held ------------------------------------------------------------------------
@@ -270,15 +274,34 @@ class Assignment:
         commit holds back no other pair. When a commit ends with decided requests
         waiting in the open round, their commit starts at once.
         """
+        now = time.monotonic()
         for slot in slots:
             if self.in_flight(slot) or slot.discarded or not slot.ready:
                 continue
             if slot.pair.round.empty() or not self.checkpoint.holds(slot.key):
                 continue
+            wait = self.pacing.wait(slot.key, slot.pair.round.size(), now)
+            if wait > 0:  # the floor: this round keeps filling until then
+                if slot.key not in self._paced:
+                    self._paced[slot.key] = asyncio.get_running_loop().call_later(
+                        wait, self._paced_launch, slot
+                    )
+                continue
+            self._unpace(slot.key)
+            self.pacing.began(slot.key, now)
             work = Work(slot.key, slot.pair.seal(), slot.offsets_of(slot.pair.sealed))
             task = asyncio.create_task(self._commit_in_background(slot, work))
             self._inflight[slot.key] = task
             task.add_done_callback(functools.partial(self._landed, slot.key))
+
+    def _paced_launch(self, slot: PairSlot) -> None:
+        if self._paced.pop(slot.key, None) is not None and self.holds(slot):
+            self.launch([slot])
+
+    def _unpace(self, key: PairKey) -> None:
+        handle = self._paced.pop(key, None)
+        if handle is not None:
+            handle.cancel()
 
     def _landed(self, key: PairKey, task: asyncio.Task[None] | None) -> None:
         if task is not None and self._inflight.get(key) is task:
@@ -369,6 +392,8 @@ class Assignment:
     # --- giving pairs up -------------------------------------------------------------------
 
     async def drop(self, slot: PairSlot, notify: bool = True) -> None:
+        self._unpace(slot.key)
+        self.pacing.forget(slot.key)
         if self.holds(slot):
             del self.slots[slot.key]
             self.denials.forget(slot.key)
@@ -386,6 +411,8 @@ class Assignment:
         """
         slot.discarded = True
         slot.ready = False
+        self._unpace(slot.key)
+        self.pacing.forget(slot.key)
         if not self.holds(slot):
             return
         del self.slots[slot.key]
@@ -410,6 +437,8 @@ class Assignment:
         every producer. Nothing here raises."""
         async with self.lock:
             self.cancel_prepares()
+            for key in list(self._paced):  # the final commit below takes their rounds
+                self._unpace(key)
             await self.drain()  # commits under way end (committed or rewound) first
             if commit:
                 ready = [s for s in self.slots.values() if s.ready and s.pair.has_pending()]

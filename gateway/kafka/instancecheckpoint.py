@@ -28,6 +28,7 @@ from aiokafka.errors import ProducerFenced
 
 from gateway.kafka import clients, groupfence
 from gateway.kafka.checkpoint import (
+    PRODUCER_BATCH_BYTES,
     Outcome,
     PairKey,
     Result,
@@ -84,6 +85,7 @@ class InstanceCheckpoint:
                     enable_idempotence=True,
                     transaction_timeout_ms=s.transaction_timeout_ms,
                     linger_ms=2,
+                    max_batch_size=PRODUCER_BATCH_BYTES,
                     retry_backoff_ms=10,
                 )
                 try:

@@ -38,6 +38,7 @@ from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.checkpoint import Checkpoint
 from gateway.kafka.fences import Fences
 from gateway.kafka.instancecheckpoint import InstanceCheckpoint
+from gateway.kafka.pacing import CommitPacing
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.prepare import Preparer
 from gateway.kafka.replytopics import ReplyTopics
@@ -192,6 +193,9 @@ class Gateway:
             self.settings.revoke_timeout_s,
             changed=self._recount,
             counted=self.status.committed,
+        )
+        self.assignment.pacing = CommitPacing(
+            self.settings.commit_min_interval_ms / 1000, self.settings.commit_min_records
         )
         self._running = True
         return self.assignment

@@ -8,6 +8,7 @@ checkpoint writes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +42,7 @@ MAX_KEY_BYTES = 8 * 1024
 Headers = list[tuple[str, bytes]]
 
 
+@functools.lru_cache(maxsize=1024)  # a round's decisions mostly share one wall time
 def iso(ms: int) -> str:
     try:
         return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")

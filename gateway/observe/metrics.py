@@ -162,13 +162,23 @@ class AgentFamily(Generic[M]):
         self.labelnames = labelnames
         self.kept = kept
         self._positions = tuple(labelnames.index(name) for name in kept)
+        # the child for each label values asked for: a decision asks for several, and
+        # the client's own `labels()` validates and locks on every call (no series is
+        # ever removed from these families, so a child stays the one exported)
+        self._children: dict[tuple[str, ...], M] = {}
 
     def labels(self, *values: str) -> M:
+        child = self._children.get(values)
+        if child is not None:
+            return child
         if len(values) != len(self.labelnames):
             raise ValueError(f"labels {self.labelnames} expected, got {values!r}")
         if not self._positions:
-            return self.metric
-        return self.metric.labels(*(values[i] for i in self._positions))
+            child = self.metric
+        else:
+            child = self.metric.labels(*(values[i] for i in self._positions))
+        self._children[values] = child
+        return child
 
 
 class Metrics:

@@ -179,6 +179,29 @@ class FakeProducer:
             delivered.set_result(None)
         return delivered
 
+    @property
+    def _metadata(self) -> SimpleNamespace:  # every topic has one partition
+        return SimpleNamespace(
+            partitions_for_topic=lambda topic: {0}, available_partitions_for_topic=lambda t: {0}
+        )
+
+    @staticmethod
+    def _partitioner(key, every, available) -> int:
+        return every[0]
+
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch()
+
+    async def send_batch(self, batch, topic, *, partition) -> asyncio.Future[None]:
+        for key, value in batch.records:
+            await self.send(topic, value=value, key=key, partition=partition)
+        delivered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.delivery_error is not None:
+            delivered.set_exception(self.delivery_error)
+        else:
+            delivered.set_result(None)
+        return delivered
+
     async def send_offsets_to_transaction(self, offsets, group_id) -> None:
         self.offsets = dict(offsets)
 
@@ -195,6 +218,17 @@ class FakeProducer:
 
     async def abort_transaction(self) -> None:
         self.aborted += 1
+
+
+class FakeBatch:
+    """A batch built directly (`create_batch`): its records, in order; never full."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes | None, bytes | None]] = []
+
+    def append(self, *, timestamp, key, value, headers) -> object:
+        self.records.append((key, value))
+        return object()
 
 
 class FakeMetadataClient:
@@ -217,6 +251,9 @@ class FakeMetadataClient:
     async def force_metadata_update(self) -> bool:
         self.updates += 1
         return True
+
+    async def _wait_on_metadata(self, topic: str) -> None:
+        return None
 
 
 class Producers:
