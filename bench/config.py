@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -41,6 +42,31 @@ class Size:
     fleet_discovery_ms: int | None = 1000
 
 
+SMALL = Size(
+    name="small",
+    partitions=4,
+    repeat=2,
+    ingest_threads=2_000,
+    decision_threads=4_000,
+    latency_rate=300,
+    latency_seconds=8,
+    latency_warmup_seconds=1,
+    memory_threads=20_000,
+    restore_threads=20_000,
+    core_seconds=0.5,
+    pair_events=100_000,
+    pause_run_seconds=10,
+    pause_at_seconds=3,
+    hog_rate=300,
+    hog_seconds=8,
+    fleet_agents=(1, 10, 50),
+    fleet_idle_seconds=3,
+    fleet_load_seconds=5,
+    fleet_add_seconds=6,
+    fleet_ready_timeout=120,
+    fleet_discovery_ms=None,
+)
+
 SIZES = {
     "tiny": Size(
         name="tiny",
@@ -56,36 +82,12 @@ SIZES = {
         core_seconds=0.2,
         pair_events=20_000,
     ),
-    "small": Size(
-        name="small",
-        partitions=4,
-        repeat=2,
-        ingest_threads=2_000,
-        decision_threads=4_000,
-        latency_rate=300,
-        latency_seconds=8,
-        latency_warmup_seconds=1,
-        memory_threads=20_000,
-        restore_threads=20_000,
-        core_seconds=0.5,
-        pair_events=100_000,
-        pause_run_seconds=10,
-        pause_at_seconds=3,
-        hog_rate=300,
-        hog_seconds=8,
-        fleet_agents=(1, 10, 50),
-        fleet_idle_seconds=3,
-        fleet_load_seconds=5,
-        fleet_add_seconds=6,
-        fleet_ready_timeout=120,
-        fleet_discovery_ms=None,
-    ),
+    "small": SMALL,
     # the latency target's offered load (1,000 requests/s) for a shorter time than full,
     # and a decisions workload half full's: to compare commits side by side
-    "medium": Size(
+    "medium": dataclasses.replace(
+        SMALL,
         name="medium",
-        partitions=4,
-        repeat=2,
         ingest_threads=6_000,
         decision_threads=8_000,
         latency_rate=1000,
@@ -93,18 +95,7 @@ SIZES = {
         latency_warmup_seconds=2,
         memory_threads=50_000,
         restore_threads=50_000,
-        core_seconds=0.5,
-        pair_events=100_000,
-        pause_run_seconds=10,
-        pause_at_seconds=3,
         hog_rate=500,
-        hog_seconds=8,
-        fleet_agents=(1, 10, 50),
-        fleet_idle_seconds=3,
-        fleet_load_seconds=5,
-        fleet_add_seconds=6,
-        fleet_ready_timeout=120,
-        fleet_discovery_ms=None,
     ),
     "full": Size(
         name="full",
