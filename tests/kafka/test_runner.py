@@ -172,6 +172,9 @@ class FakeProducer:
     ) -> asyncio.Future[None]:
         assert topic in self.client.tracked, "written before its metadata was tracked"
         self.buf.append((topic, value))
+        return self._delivery()
+
+    def _delivery(self) -> asyncio.Future[None]:
         delivered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.delivery_error is not None:
             delivered.set_exception(self.delivery_error)
@@ -195,12 +198,7 @@ class FakeProducer:
     async def send_batch(self, batch, topic, *, partition) -> asyncio.Future[None]:
         for key, value in batch.records:
             await self.send(topic, value=value, key=key, partition=partition)
-        delivered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.delivery_error is not None:
-            delivered.set_exception(self.delivery_error)
-        else:
-            delivered.set_result(None)
-        return delivered
+        return self._delivery()
 
     async def send_offsets_to_transaction(self, offsets, group_id) -> None:
         self.offsets = dict(offsets)
