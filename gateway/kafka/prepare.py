@@ -106,10 +106,11 @@ class Preparer:
         except Exception as exc:  # the long wait below still ends a transaction the broker knows
             log.error("sweeping a hanging transaction failed", extra={**where, "error": repr(exc)})
         else:
-            if swept is None:
-                log.error(
+            if swept is None:  # with one producer per instance: perhaps a zombie's, ending
+                log.warning(
                     "committed offsets held by a transaction this instance cannot abort; "
-                    "waiting for the broker (see the README: hanging transactions)",
+                    "waiting for the broker to end it (if it never does, see the README: "
+                    "hanging transactions)",
                     extra=where,
                 )
             else:
