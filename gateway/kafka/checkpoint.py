@@ -100,6 +100,34 @@ async def stop_producer(producer: AIOKafkaProducer | None) -> None:
             await producer.stop()
 
 
+async def start_transactional(
+    settings: Settings, client_id: str, transactional_id: str
+) -> AIOKafkaProducer:
+    """A started transactional producer for the loop: starting it initialises the
+    transactional id, which fences a zombie holding it and aborts its open transaction."""
+    producer = clients.producer(
+        settings,
+        client_id=client_id,
+        transactional_id=transactional_id,
+        enable_idempotence=True,
+        transaction_timeout_ms=settings.transaction_timeout_ms,
+        linger_ms=2,
+        max_batch_size=PRODUCER_BATCH_BYTES,
+        # Brokers that verify transactional partitions (KIP-890) answer the first
+        # write of a transaction from aiokafka's older produce version with a
+        # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
+        retry_backoff_ms=10,
+    )
+    try:
+        await producer.start()
+    except BaseException:
+        # a failed or cancelled start has already opened connections
+        with contextlib.suppress(Exception):
+            await producer.stop()
+        raise
+    return producer
+
+
 class Checkpoint:
     def __init__(self, settings: Settings, metrics: Metrics, consumer: AIOKafkaConsumer) -> None:
         self.settings = settings
@@ -121,27 +149,9 @@ class Checkpoint:
             return
         agent, partition = key
         s = self.settings
-        producer = clients.producer(
-            s,
-            client_id=f"{s.client_id}-{agent}-{partition}",
-            transactional_id=f"{s.group_id}.{agent}.{partition}",
-            enable_idempotence=True,
-            transaction_timeout_ms=s.transaction_timeout_ms,
-            linger_ms=2,
-            max_batch_size=PRODUCER_BATCH_BYTES,
-            # Brokers that verify transactional partitions (KIP-890) answer the first
-            # write of a transaction from aiokafka's older produce version with a
-            # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
-            retry_backoff_ms=10,
+        self._producers[key] = await start_transactional(
+            s, f"{s.client_id}-{agent}-{partition}", f"{s.group_id}.{agent}.{partition}"
         )
-        try:
-            await producer.start()  # initialises the transactional id: fences zombies
-        except BaseException:
-            # a failed or cancelled start has already opened connections
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        self._producers[key] = producer
 
     async def close(self, key: PairKey) -> None:
         producer = self._producers.pop(key, None)

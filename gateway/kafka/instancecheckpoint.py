@@ -26,9 +26,8 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
-from gateway.kafka import clients, groupfence
+from gateway.kafka import groupfence
 from gateway.kafka.checkpoint import (
-    PRODUCER_BATCH_BYTES,
     Outcome,
     PairKey,
     Result,
@@ -37,6 +36,7 @@ from gateway.kafka.checkpoint import (
     fenced_producer,
     group_committed_offsets,
     rewind,
+    start_transactional,
     stop_producer,
 )
 from gateway.observe.metrics import Metrics
@@ -78,23 +78,10 @@ class InstanceCheckpoint:
         async with self._starting:
             if self._producer is None:
                 s = self.settings
-                producer = clients.producer(
-                    s,
-                    client_id=f"{s.client_id}-txn",
-                    transactional_id=self.transactional_id,
-                    enable_idempotence=True,
-                    transaction_timeout_ms=s.transaction_timeout_ms,
-                    linger_ms=2,
-                    max_batch_size=PRODUCER_BATCH_BYTES,
-                    retry_backoff_ms=10,
+                # aborts this instance's dangling transaction
+                self._producer = await start_transactional(
+                    s, f"{s.client_id}-txn", self.transactional_id
                 )
-                try:
-                    await producer.start()  # aborts this instance's dangling transaction
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        await producer.stop()
-                    raise
-                self._producer = producer
             return self._producer
 
     async def close(self, key: PairKey) -> None:
