@@ -7,20 +7,22 @@ state when the committed offsets moved, and lets the pair's partitions flow.
 assignment; `drop` and `discard` give a pair up. Preparing runs concurrently
 across pairs (restores bounded by the restorer), so a rebalance's cost grows
 with the pairs it moves, not with their square.
+
+Committing is the assignment's `Committer` (committer.py): the assignment is
+its holder, asked to pause, drop or prepare again a pair whose commit failed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from gateway.kafka.checkpoint import Outcome, Work, stop_producer
+from gateway.kafka.checkpoint import stop_producer
+from gateway.kafka.committer import Committer
 from gateway.kafka.denials import RETRY_MAX_S, RETRY_S
 from gateway.kafka.pacing import CommitPacing
 from gateway.kafka.pair import PartitionPair
@@ -48,6 +50,7 @@ class Assignment:
         revoke_timeout_s: float,
         changed: Callable[[], None] = lambda: None,
         counted: Callable[[list[Round]], None] = lambda rounds: None,
+        pacing: CommitPacing | None = None,
     ) -> None:
         self.preparer = preparer
         # The preparer's own clients, checkpoint and denials: one of each per instance.
@@ -58,9 +61,6 @@ class Assignment:
         self.make_pair = make_pair
         self.revoke_timeout_s = revoke_timeout_s
         self.changed = changed  # what the gauges show changed
-        self.counted = counted  # rounds committed (their deltas move the gauges)
-        # Observers of committed rounds: see `observe_commits`.
-        self._commit_observers: list[Callable[[PairSlot, Round], None]] = []
         self.lock = asyncio.Lock()  # held by a round, a revoke, a shutdown
         self.slots: dict[PairKey, PairSlot] = {}
         self.by_tp: dict[TopicPartition, tuple[PairKey, str]] = {}
@@ -71,10 +71,10 @@ class Assignment:
         self.assigned_once = False
         self._prepares: set[asyncio.Task[None]] = set()
         self._closers: set[asyncio.Task[None]] = set()
-        self._inflight: dict[PairKey, asyncio.Task[None]] = {}  # commits under way
-        # a floor on a pair's commits under load (off unless the runner sets one)
-        self.pacing = CommitPacing()
-        self._paced: dict[PairKey, asyncio.TimerHandle] = {}  # commits waiting for the floor
+        # commits in the background, one at a time per pair; this assignment is its holder
+        self.committer = Committer(
+            self.checkpoint, self.denials, self, changed, counted, pacing=pacing
+        )
         self._preparing = asyncio.Semaphore(PREPARE_CONCURRENCY)
 
     # --- what is held ------------------------------------------------------------------------
@@ -101,7 +101,7 @@ class Assignment:
         For watching from outside (the benchmark times commits with it): the gateway
         never uses it itself, and an observer that raises is logged, never fails the round.
         """
-        self._commit_observers.append(observer)
+        self.committer.observe(observer)
 
     # --- rebalancing ----------------------------------------------------------------------
 
@@ -131,7 +131,9 @@ class Assignment:
             for slot in self._revoked(revoked):
                 if slot.ready and slot.pair.has_pending():
                     try:
-                        await asyncio.wait_for(self.commit([slot]), timeout=self.revoke_timeout_s)
+                        await asyncio.wait_for(
+                            self.committer.commit([slot]), timeout=self.revoke_timeout_s
+                        )
                     except TimeoutError:
                         log.error(
                             "commit on revoke timed out; dropping the pair",
@@ -260,128 +262,17 @@ class Assignment:
             self.denials.note(slot.key, exc, "Read", preparing=True)
             return False
 
-    # --- committing ---------------------------------------------------------------------------
+    # --- what the committer asks of the holder ---------------------------------------------
 
-    def in_flight(self, slot: PairSlot) -> bool:
-        """Whether the pair's sealed round is being committed."""
-        return slot.key in self._inflight
+    async def fenced(self, slot: PairSlot) -> None:
+        """Another instance owns the pair now: listed as dropped until the next assignment."""
+        if self.holds(slot):
+            self.dropped.add(slot.key)
+        await self.drop(slot)
 
-    def launch(self, slots: list[PairSlot]) -> None:
-        """Seal each pair's open round and commit it in the background.
-
-        The loop goes on judging the next round meanwhile (a second pending layer
-        over the one committing); a pair commits one round at a time, and a slow
-        commit holds back no other pair. When a commit ends with decided requests
-        waiting in the open round, their commit starts at once.
-        """
-        now = time.monotonic()
-        for slot in slots:
-            if self.in_flight(slot) or slot.discarded or not slot.ready:
-                continue
-            if slot.pair.round.empty() or not self.checkpoint.holds(slot.key):
-                continue
-            wait = self.pacing.wait(slot.key, slot.pair.round.size(), now)
-            if wait > 0:  # the floor: this round keeps filling until then
-                if slot.key not in self._paced:
-                    self._paced[slot.key] = asyncio.get_running_loop().call_later(
-                        wait, self._paced_launch, slot
-                    )
-                continue
-            self._unpace(slot.key)
-            self.pacing.began(slot.key, now)
-            work = Work(slot.key, slot.pair.seal(), slot.offsets_of(slot.pair.sealed))
-            task = asyncio.create_task(self._commit_in_background(slot, work))
-            self._inflight[slot.key] = task
-            task.add_done_callback(functools.partial(self._landed, slot.key))
-
-    def _paced_launch(self, slot: PairSlot) -> None:
-        if self._paced.pop(slot.key, None) is not None and self.holds(slot):
-            self.launch([slot])
-
-    def _unpace(self, key: PairKey) -> None:
-        handle = self._paced.pop(key, None)
-        if handle is not None:
-            handle.cancel()
-
-    def _landed(self, key: PairKey, task: asyncio.Task[None] | None) -> None:
-        if task is not None and self._inflight.get(key) is task:
-            del self._inflight[key]
-
-    async def _commit_in_background(self, slot: PairSlot, work: Work) -> None:
-        try:
-            done, retry = await self._commit_work(slot, work)
-        except Exception:
-            log.exception("internal error committing a round", extra={"agent": slot.key[0]})
-            return
-        self._landed(slot.key, asyncio.current_task())
-        if retry:
-            self.start_prepare([slot], after=self.denials.backoff([slot.key]))
-        elif done is not None and slot.pair.round.decided_any:
-            self.launch([slot])  # decided requests wait on this commit: at once
-
-    async def drain(self, slots: list[PairSlot] | None = None) -> None:
-        """Wait for the commits under way (of `slots`, or all) to end."""
-        keys = {s.key for s in slots} if slots is not None else None
-        while True:  # a commit that ends with decided requests waiting starts the next
-            tasks = [t for k, t in self._inflight.items() if keys is None or k in keys]
-            if not tasks:
-                return
-            await asyncio.gather(*(asyncio.shield(t) for t in tasks), return_exceptions=True)
-
-    async def commit(self, slots: list[PairSlot]) -> tuple[list[Round], list[PairSlot]]:
-        """Commit each pair's pending rounds now (after any commit under way): the rounds
-        committed, and the pairs that failed and must be prepared again."""
-        await self.drain(slots)
-        todo = [s for s in slots if not s.discarded and self.checkpoint.holds(s.key)]
-        todo = [s for s in todo if not s.pair.round.empty()]
-        works = [Work(s.key, s.pair.seal(), s.offsets_of(s.pair.sealed)) for s in todo]
-        outcomes = await asyncio.gather(
-            *(self._commit_work(s, w) for s, w in zip(todo, works, strict=True))
-        )
-        done = [r for r, _ in outcomes if r is not None]
-        retry = [s for s, (_, again) in zip(todo, outcomes, strict=True) if again]
-        return done, retry
-
-    async def _commit_work(self, slot: PairSlot, work: Work) -> tuple[Round | None, bool]:
-        """Commit one sealed round: (the round, if committed; whether to prepare again).
-
-        A failed transaction leaves the pair not ready and without a producer: the
-        failure may have put that producer in a fatal state where every later
-        transaction fails, so the pair is prepared again with a fresh one (whose
-        initialisation also fences any zombie holding the same transactional id).
-        Both pending layers are forgotten and the pair rewound to the last commit.
-        A fenced pair is dropped: another instance owns it now.
-        """
-        (result,) = await self.checkpoint.commit([work])
-        pair = slot.pair
-        if result.outcome is Outcome.COMMITTED:
-            if self.denials.granted(slot.key):
-                self.changed()
-            slot.committed.update(work.offsets)
-            pair.committed_round(work.round, time.monotonic())
-            self.counted([work.round])
-            for observer in self._commit_observers:
-                try:
-                    observer(slot, work.round)
-                except Exception:
-                    log.exception("a commit observer failed")
-            return work.round, False
-        pair.aborted()
-        if slot.discarded:
-            return None, False  # its producer is closed by whoever discarded it
-        slot.ready = False
-        self.pause(slot)  # never read past the committed offset
-        if result.outcome is Outcome.FENCED:
-            if self.holds(slot):
-                self.dropped.add(slot.key)
-            await self.drop(slot)
-            return None, False
-        assert result.error is not None
-        if self.denials.note(slot.key, result.error):
-            self.changed()
-        await self.checkpoint.close(slot.key)
-        await self.checkpoint.rewind(slot.tps(), slot.committed)
-        return None, self.holds(slot)
+    def retry(self, slot: PairSlot) -> None:
+        """Prepare the pair again with a fresh producer, after its denials' backoff."""
+        self.start_prepare([slot], after=self.denials.backoff([slot.key]))
 
     def pause(self, slot: PairSlot) -> None:
         assignment = self.consumer.assignment()
@@ -392,8 +283,7 @@ class Assignment:
     # --- giving pairs up -------------------------------------------------------------------
 
     async def drop(self, slot: PairSlot, notify: bool = True) -> None:
-        self._unpace(slot.key)
-        self.pacing.forget(slot.key)
+        self.committer.forget(slot.key)
         if self.holds(slot):
             del self.slots[slot.key]
             self.denials.forget(slot.key)
@@ -411,8 +301,7 @@ class Assignment:
         """
         slot.discarded = True
         slot.ready = False
-        self._unpace(slot.key)
-        self.pacing.forget(slot.key)
+        self.committer.forget(slot.key)
         if not self.holds(slot):
             return
         del self.slots[slot.key]
@@ -421,7 +310,7 @@ class Assignment:
             self.by_tp.pop(tp, None)
         self.dropped.add(slot.key)
         producer = self.checkpoint.detach(slot.key)
-        inflight = self._inflight.get(slot.key)
+        inflight = self.committer.under_way(slot.key)
         _keep(self._closers, self._close_after_round(producer, inflight))
 
     async def _close_after_round(
@@ -437,13 +326,12 @@ class Assignment:
         every producer. Nothing here raises."""
         async with self.lock:
             self.cancel_prepares()
-            for key in list(self._paced):  # the final commit below takes their rounds
-                self._unpace(key)
-            await self.drain()  # commits under way end (committed or rewound) first
+            self.committer.unpace_all()  # the final commit below takes their rounds
+            await self.committer.drain()  # commits under way end (committed or rewound) first
             if commit:
                 ready = [s for s in self.slots.values() if s.ready and s.pair.has_pending()]
                 try:
-                    await self.commit(ready)
+                    await self.committer.commit(ready)
                 except Exception:
                     log.exception("final commit failed")
             await self.checkpoint.close_all()

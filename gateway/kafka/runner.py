@@ -5,6 +5,7 @@ and requests topics meet on one instance) reads both topics with
 `read_committed`. The runner composes the pieces and runs the loop:
 
 - `Assignment` (assignment.py): the pairs held; revoke, assign, prepare, drop;
+- `Committer` (committer.py): the assignment's; each pair's rounds committed in the background;
 - `Checkpoint` (checkpoint.py): a round's records and offsets in one transaction;
 - `Restorer` (restore.py): a pair's changelog read into a store;
 - `Fences` (fences.py): how far a pair's events must be read before its requests;
@@ -193,9 +194,9 @@ class Gateway:
             self.settings.revoke_timeout_s,
             changed=self._recount,
             counted=self.status.committed,
-        )
-        self.assignment.pacing = CommitPacing(
-            self.settings.commit_min_interval_ms / 1000, self.settings.commit_min_records
+            pacing=CommitPacing(
+                self.settings.commit_min_interval_ms / 1000, self.settings.commit_min_records
+            ),
         )
         self._running = True
         return self.assignment
@@ -314,7 +315,7 @@ class Gateway:
         self._sweep(ready, mono, wall_ms)
         # Committed in the background: the next round is judged meanwhile. A failed
         # commit rewinds both layers and prepares the pair again with a fresh producer.
-        a.launch(self._due(ready, mono))
+        a.committer.launch(self._due(ready, mono))
         for slot in ready:
             pair = slot.pair
             if not (pair.has_work() or pair.has_pending() or pair.sweeping):
@@ -350,7 +351,7 @@ class Gateway:
             current = slot.pair.round
             if slot.discarded or not slot.ready or current.empty():
                 continue
-            if self.assignment is not None and self.assignment.in_flight(slot):
+            if self.assignment is not None and self.assignment.committer.in_flight(slot):
                 continue  # one commit at a time per pair: this round waits its turn
             if current.started is None:
                 current.started = mono

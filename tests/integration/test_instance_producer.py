@@ -87,7 +87,7 @@ async def test_a_zombie_held_across_a_rebalance_is_fenced_by_the_group(
             )
             await eventually(
                 lambda: (
-                    zombie.assignment.in_flight(slot) is False  # type: ignore[union-attr]
+                    zombie.assignment.committer.in_flight(slot) is False  # type: ignore[union-attr]
                     or owner.ready()[0]
                 ),
                 "the partition reassigned",

@@ -332,7 +332,7 @@ async def assign(g: Gateway, *partitions: TopicPartition) -> None:
 async def run_round(g: Gateway, batch: dict) -> None:
     """One round, and the commits it started (they run in the background)."""
     await g.round(batch)
-    await g.assignment.drain()
+    await g.assignment.committer.drain()
 
 
 async def settle(g: Gateway) -> None:
@@ -521,7 +521,7 @@ async def test_a_revoke_while_one_commit_hangs_drops_that_pair_only(gw):
     assert not a_producer.stopped  # not while its transaction is under way
     gw.consumer.assigned = set()  # the rebalance took the partitions
     a_producer.commit_gate.set()
-    await gw.assignment.drain()  # a's failed commit neither rewinds nor pauses partitions
+    await gw.assignment.committer.drain()  # a's failed commit neither rewinds nor pauses partitions
     assert not a.ready and not gw.assignment.preparing()  # and a is not prepared again
     await settle(gw)
     assert a_producer.stopped and not b_producer.stopped
@@ -565,7 +565,7 @@ async def test_a_revoke_while_a_round_hangs_drops_every_revoked_pair(gw):
     gw.consumer.assigned = set()  # the rebalance took the partitions
     gate.set()
     await round_  # the discarded pairs are neither judged nor committed
-    await gw.assignment.drain()
+    await gw.assignment.committer.drain()
     assert not a.ready and not b.ready and not gw.assignment.preparing()
     await settle(gw)
     assert forwards(gw) == 0 and transactions(gw, "committed") == 0
@@ -648,7 +648,7 @@ async def test_a_producer_fenced_in_the_background_drops_the_pair_until_reassign
 async def test_a_fenced_commit_is_not_reported_ready(gw):
     slot = await holding_a_pending_forward(gw)
     producer(gw).commit_error = ProducerFenced()
-    assert await gw.assignment.commit([slot]) == ([], [])
+    assert await gw.assignment.committer.commit([slot]) == ([], [])
     assert ("bot", 0) not in gw.assignment.slots
     assert not gw.ready()[0]
 
@@ -656,7 +656,7 @@ async def test_a_fenced_commit_is_not_reported_ready(gw):
 async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit(gw):
     slot = await holding_a_pending_forward(gw)
     producer(gw).commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
-    assert await gw.assignment.commit([slot]) == ([], [slot])
+    assert await gw.assignment.committer.commit([slot]) == ([], [slot])
     assert transactions(gw, "aborted") == 1
     ok, details = gw.ready()
     assert not ok and details["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
@@ -679,7 +679,7 @@ async def test_a_refused_write_is_reported_retried_later_and_cleared_by_a_commit
 async def test_a_denied_pair_that_is_given_up_no_longer_holds_readiness(gw):
     slot = await holding_a_pending_forward(gw)
     producer(gw).commit_error = TopicAuthorizationFailedError("agui.bot.run-requests")
-    assert await gw.assignment.commit([slot]) == ([], [slot])
+    assert await gw.assignment.committer.commit([slot]) == ([], [slot])
     assert gw.ready()[1]["denied"] == {"bot/0": "Write on topic agui.bot.run-requests"}
     gw.assignment.discard(slot)  # e.g. revoked while its commit hung
     assert gw.ready()[1]["denied"] == {}
@@ -865,7 +865,7 @@ async def test_a_failed_round_propagates_its_own_error_and_every_client_is_close
         raise RuntimeError("a second error")
 
     gw.round = failing_round
-    gw.assignment.commit = commit
+    gw.assignment.committer.commit = commit
     with pytest.raises(RuntimeError, match="the first error") as raised:
         await gw.run(asyncio.Event())
     assert raised.value.__suppress_context__ is False and raised.value.__context__ is None
@@ -880,7 +880,7 @@ async def test_a_failing_final_commit_does_not_stop_the_clients_closing(gw):
     async def commit(slots: list[PairSlot]) -> tuple:
         raise RuntimeError("commit failed")
 
-    gw.assignment.commit = commit
+    gw.assignment.committer.commit = commit
     stop = asyncio.Event()
     stop.set()
     await gw.run(stop)  # a clean stop: the failed final commit is logged, not raised
@@ -899,7 +899,7 @@ async def test_a_stop_with_the_broker_unreachable_skips_the_final_commit(gw):
         return [], []
 
     gw.start = started
-    gw.assignment.commit = commit
+    gw.assignment.committer.commit = commit
     stop = asyncio.Event()
     stop.set()
     await gw.run(stop)
@@ -1024,14 +1024,14 @@ async def test_the_next_round_is_judged_while_one_commits_and_both_land_in_order
     async with gw.assignment.lock:
         await gw.round(decided_round(ev, rq))  # round 1: forwards the answer; commit waits
     slot = gw.assignment.slots[("bot", 0)]
-    assert gw.assignment.in_flight(slot) and made.sent == []
+    assert gw.assignment.committer.in_flight(slot) and made.sent == []
     second = rec(rq, 1, 6, answer_for("a", "r3"))
     async with gw.assignment.lock:
         await gw.round({rq: [second]})  # round 2 judged on round 1's uncommitted state
     assert [r.topic for r in slot.pair.round.out] == ["agui.rejections"]  # already resumed
     assert made.sent == []  # nothing of either round visible yet
     made.commit_gate.set()
-    await gw.assignment.drain()  # round 1 lands, and round 2 (decided) follows at once
+    await gw.assignment.committer.drain()  # round 1 lands, and round 2 (decided) follows at once
     assert [t for t, _ in made.sent if t != "agui.bot.gateway-changelog"] == [
         "agui.bot.run-requests",
         "agui.rejections",
@@ -1054,7 +1054,7 @@ async def test_a_failed_commit_with_a_second_round_pending_rewinds_both(gw):
     slot = gw.assignment.slots[("bot", 0)]
     assert not slot.pair.round.empty()  # the second layer
     made.commit_gate.set()
-    await gw.assignment.drain()
+    await gw.assignment.committer.drain()
     assert transactions(gw, "aborted") == 1 and made.sent == []
     assert not slot.pair.has_pending()  # both layers forgotten
     assert gw.consumer.positions[ev] == 0 and gw.consumer.positions[rq] == 0  # rewound
@@ -1093,7 +1093,7 @@ async def test_a_slow_commit_holds_back_no_other_pair(gw):
         await asyncio.sleep(0)
     assert slow.sent == [] and gw.consumer.committed_offsets[b_rq] == 2
     slow.commit_gate.set()
-    await gw.assignment.drain()
+    await gw.assignment.committer.drain()
     assert gw.consumer.committed_offsets[a_rq] == 1
 
 
