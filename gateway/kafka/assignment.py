@@ -21,7 +21,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from gateway.kafka.checkpoint import stop_producer
 from gateway.kafka.committer import Committer
 from gateway.kafka.denials import RETRY_MAX_S, RETRY_S
 from gateway.kafka.pacing import CommitPacing
@@ -29,6 +28,7 @@ from gateway.kafka.pair import PartitionPair
 from gateway.kafka.prepare import Preparer
 from gateway.kafka.round import Round
 from gateway.kafka.slot import PairKey, PairSlot
+from gateway.kafka.transaction import stop_producer
 
 log = logging.getLogger("gateway.runner")
 

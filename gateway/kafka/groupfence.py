@@ -1,7 +1,7 @@
 """Exactly-once with one transactional producer per instance: fencing by the group (KIP-447).
 
-The primitive, not yet the loop: the gateway's loop still holds one producer per
-partition pair; this module is what lets it hold one per instance.
+The primitive under `producer_scope = "instance"` (instancecheckpoint.py): what
+lets the loop hold one producer per instance rather than one per partition pair.
 
 Why one producer per instance is exactly-once
 ---------------------------------------------
@@ -29,7 +29,7 @@ The other half is the read side. The new owner must not start from offsets that
 a pending transaction of the old owner may still commit (the zombie sent its
 offsets before the rebalance and its `EndTxn` is still to come). `OffsetFetch`
 from version 7 with `require_stable` answers `UNSTABLE_OFFSET_COMMIT` while such
-a transaction is open; `fetch_committed_offsets` retries until it is decided
+a transaction is open; `groupoffsets.fetch_committed_offsets` retries until it is decided
 (committed: the new owner starts after it; aborted: before it). Between these
 two, every input offset is committed exactly once together with its output.
 
@@ -61,13 +61,14 @@ What the loop must do
   (a new generation) then refuses the commit, even if the partition came back;
 - on `GroupFenced` abort the transaction (`producer.abort_transaction()`) and
   drop the work; the new owner replays it;
-- on an assignment, read the starting offsets with `fetch_committed_offsets`
+- on an assignment, read the starting offsets with `groupoffsets.fetch_committed_offsets`
   (not the consumer's own committed-offset fetch, which is not `require_stable`).
 
-Reaches into aiokafka (0.14) internals, all here
--------------------------------------------------
+Reaches into aiokafka (0.14) internals, here and in groupoffsets.py
+-----------------------------------------------------------------
 aiokafka sends only `TxnOffsetCommit` v0 and `OffsetFetch` without
-`require_stable`. This module keeps its reaches small and in one place:
+`require_stable`. The fence keeps its reaches small, the producer side's here
+and the read side's (the stable fetch: 4 and 5) in groupoffsets.py:
 1. `AIOKafkaProducer._sender._do_txn_offset_commit` is replaced on the producer
    instance (not the class) by one that sends version 3 (`_install`);
    `AddOffsetsToTxn`, coordinator lookup and retries remain aiokafka's.
@@ -90,10 +91,8 @@ The protocol classes (`fencewire`) use aiokafka's own flexible-version types (`C
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -104,16 +103,8 @@ from aiokafka.producer.sender import TxnOffsetCommitHandler
 from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.protocol.api import Request
 
-from gateway.kafka.fencewire import (
-    GroupMetadata,
-    OffsetFetchStableRequest,
-    TxnOffsetCommitRequestV3,
-    prepare,
-)
-
-log = logging.getLogger(__name__)
-
-RETRY_BACKOFF_S = 0.1
+from gateway.kafka.fencewire import GroupMetadata, TxnOffsetCommitRequestV3, prepare
+from gateway.kafka.groupoffsets import COORDINATOR_MOVED, group_coordinator
 
 # Error codes of the KIP-447 fence (Kafka's protocol error table); aiokafka 0.14
 # knows only some of them.
@@ -121,7 +112,6 @@ ILLEGAL_GENERATION = 22
 UNKNOWN_MEMBER_ID = 25
 REBALANCE_IN_PROGRESS = 27
 FENCED_INSTANCE_ID = 82
-UNSTABLE_OFFSET_COMMIT = 88
 STALE_MEMBER_EPOCH = 113
 GROUP_FENCE_CODES = {
     ILLEGAL_GENERATION: "ILLEGAL_GENERATION",
@@ -130,8 +120,7 @@ GROUP_FENCE_CODES = {
     FENCED_INSTANCE_ID: "FENCED_INSTANCE_ID",
     STALE_MEMBER_EPOCH: "STALE_MEMBER_EPOCH",
 }
-# Retried with a new coordinator lookup / after a backoff.
-COORDINATOR_MOVED = {14, 15, 16}  # load in progress, not available, not coordinator
+# Retried with a new coordinator lookup (COORDINATOR_MOVED) / after a backoff.
 REQUEST_TIMED_OUT = 7
 RETRIABLE = {3, 51}  # unknown topic or partition, concurrent transactions
 PRODUCER_FENCED = {47, 90}  # invalid producer epoch, producer fenced
@@ -158,19 +147,7 @@ class GroupFenced(Exception):
         self.reason = reason
 
 
-class OffsetsUnstable(TimeoutError):
-    """A pending transaction still holds the group's offsets after the timeout."""
-
-
 # --- the consumer side ------------------------------------------------------------
-
-
-def _coordinator(consumer: AIOKafkaConsumer) -> Any:
-    """The consumer's group coordinator (reach 4); a consumer without a group has none."""
-    coordinator = consumer._coordinator
-    if coordinator is None or not getattr(coordinator, "group_id", None):
-        raise ValueError("the consumer has no group (group_id is not set)")
-    return coordinator
 
 
 def group_metadata(consumer: AIOKafkaConsumer) -> GroupMetadata:
@@ -180,7 +157,7 @@ def group_metadata(consumer: AIOKafkaConsumer) -> GroupMetadata:
     dropped it) must not commit: the broker would take generation -1 with no
     member id as an old client's unfenced commit.
     """
-    coordinator = _coordinator(consumer)
+    coordinator = group_coordinator(consumer)
     generation = int(coordinator.generation)
     member_id = str(coordinator.member_id or "")
     if generation < 0 or not member_id:
@@ -191,82 +168,6 @@ def group_metadata(consumer: AIOKafkaConsumer) -> GroupMetadata:
         member_id=member_id,
         group_instance_id=coordinator._group_instance_id,
     )
-
-
-async def fetch_committed_offsets(
-    consumer: AIOKafkaConsumer,
-    partitions: Iterable[TopicPartition],
-    *,
-    timeout_s: float,
-) -> dict[TopicPartition, int | None]:
-    """The group's committed offsets, stable: never ones a pending transaction may commit.
-
-    Sends OffsetFetch v7 with `require_stable` to the group coordinator and retries
-    while the broker answers `UNSTABLE_OFFSET_COMMIT` (a transaction holding offsets
-    for these partitions is still open) or the coordinator moves. None means no
-    offset is committed. Raises `OffsetsUnstable` after `timeout_s` (make it longer
-    than the producers' transaction timeout, after which the broker aborts).
-    """
-    coordinator = _coordinator(consumer)
-    group_id: str = coordinator.group_id
-    client = consumer._client  # reach 4
-    wanted = sorted(set(partitions))
-    if not wanted:
-        return {}
-    deadline = time.monotonic() + timeout_s
-    last = "no answer"
-    while True:
-        answer = await _fetch_once(client, group_id, wanted)
-        if isinstance(answer, dict):
-            return answer
-        last = answer
-        log.debug("committed offsets of group %r not stable yet: %s", group_id, answer)
-        if time.monotonic() >= deadline:
-            raise OffsetsUnstable(
-                f"committed offsets of group {group_id!r} not stable after {timeout_s} s ({last})"
-            )
-        await asyncio.sleep(RETRY_BACKOFF_S)
-
-
-async def _fetch_once(
-    client: Any, group_id: str, wanted: list[TopicPartition]
-) -> dict[TopicPartition, int | None] | str:
-    """The offsets, or why to retry (a short text)."""
-    try:
-        node_id = await client.coordinator_lookup(CoordinationType.GROUP, group_id)
-        if not await client.ready(node_id, group=ConnectionGroup.COORDINATION):
-            return "group coordinator not ready"
-        conn = await client._get_conn(node_id, group=ConnectionGroup.COORDINATION)
-        versions = conn._versions if conn is not None else {}
-        request = OffsetFetchStableRequest(group_id, wanted)
-        prepare(request, versions)  # a clear error if the broker lacks v7
-        response = await client.send(node_id, request, group=ConnectionGroup.COORDINATION)
-    except (
-        kafka_errors.CoordinatorNotAvailableError,
-        kafka_errors.NotCoordinatorError,
-        kafka_errors.CoordinatorLoadInProgressError,
-        kafka_errors.NodeNotReadyError,
-        kafka_errors.RequestTimedOutError,
-        kafka_errors.KafkaConnectionError,
-    ) as exc:
-        return type(exc).__name__
-    top = response.error_code
-    if top in COORDINATOR_MOVED:
-        return kafka_errors.for_code(top).__name__
-    if top != 0:
-        raise kafka_errors.for_code(top)(f"OffsetFetch for group {group_id!r}")
-    offsets: dict[TopicPartition, int | None] = {}
-    for topic, parts, _ in response.topics:
-        for partition, offset, _epoch, _metadata, error_code, _ in parts:
-            tp = TopicPartition(topic, partition)
-            if error_code == UNSTABLE_OFFSET_COMMIT:
-                return f"UNSTABLE_OFFSET_COMMIT on {tp.topic}[{tp.partition}]"
-            if error_code in COORDINATOR_MOVED:
-                return kafka_errors.for_code(error_code).__name__
-            if error_code != 0:
-                raise kafka_errors.for_code(error_code)(f"OffsetFetch {tp} of group {group_id!r}")
-            offsets[tp] = offset if offset >= 0 else None
-    return {tp: offsets.get(tp) for tp in wanted}
 
 
 # --- the producer side ------------------------------------------------------------

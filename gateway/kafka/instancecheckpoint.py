@@ -7,7 +7,7 @@ one transaction covers many pairs' rounds. Its offsets carry the consumer
 group's generation and member id (`groupfence.send_offsets_to_transaction`), so
 a zombie that lost its partitions in a rebalance is refused by the group and can
 only abort; the new owner reads offsets with `require_stable`, never ones a
-pending transaction may still commit (`groupfence.fetch_committed_offsets`). See
+pending transaction may still commit (`groupoffsets.fetch_committed_offsets`). See
 `gateway/kafka/groupfence.py` for the argument.
 
 A failed transaction fails every round in it (each pair is rewound and prepared
@@ -27,15 +27,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
 from gateway.kafka import groupfence
-from gateway.kafka.checkpoint import (
-    Outcome,
-    PairKey,
-    Result,
-    Work,
+from gateway.kafka.checkpoint import Outcome, PairKey, Result, Work
+from gateway.kafka.groupoffsets import group_committed_offsets, rewind
+from gateway.kafka.transaction import (
     begin_and_send,
     fenced_producer,
-    group_committed_offsets,
-    rewind,
     start_transactional,
     stop_producer,
 )

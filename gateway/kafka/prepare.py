@@ -17,7 +17,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 from gateway.kafka import clients, hanging
 from gateway.kafka.checkpoint import Strategy
 from gateway.kafka.denials import Denials
-from gateway.kafka.groupfence import OffsetsUnstable
+from gateway.kafka.groupoffsets import OffsetsUnstable
 from gateway.kafka.restore import Restorer
 from gateway.kafka.slot import PairSlot
 from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics

@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from gateway.kafka import clients, groupfence
-from gateway.kafka.groupfence import GroupFenced, GroupMetadata, OffsetsUnstable
+from gateway.kafka import clients, groupfence, groupoffsets
+from gateway.kafka.groupfence import GroupFenced, GroupMetadata
+from gateway.kafka.groupoffsets import OffsetsUnstable
 from gateway.settings import Settings
 from tests.integration.conftest import (  # noqa: F401  (the fixtures)
     CreateTopics,
@@ -127,14 +128,14 @@ async def test_offsets_sent_in_a_transaction_become_visible_on_commit(setup) -> 
     try:
         [meta] = await until_members([consumer], lambda m: m[0].generation_id > 0)
         assert meta.group_id == topics.group and meta.member_id
-        before = await groupfence.fetch_committed_offsets(consumer, [topics.tp], timeout_s=WAIT_S)
+        before = await groupoffsets.fetch_committed_offsets(consumer, [topics.tp], timeout_s=WAIT_S)
         assert before == {topics.tp: None}
 
         async with producer.transaction():
             await producer.send(topics.output, b"out", partition=0)
             await groupfence.send_offsets_to_transaction(producer, {topics.tp: 3}, meta)
 
-        after = await groupfence.fetch_committed_offsets(consumer, [topics.tp], timeout_s=WAIT_S)
+        after = await groupoffsets.fetch_committed_offsets(consumer, [topics.tp], timeout_s=WAIT_S)
         assert after == {topics.tp: 3}
         assert await consumer.committed(topics.tp) == 3  # aiokafka's own fetch agrees
         assert await committed_output(settings, topics, 1) == [b"out"]
@@ -189,7 +190,7 @@ async def test_a_zombie_of_an_old_generation_cannot_commit_and_its_output_stays_
         await zombie.abort_transaction()
 
         # nothing of the zombie is committed: the new owner starts from scratch
-        stable = await groupfence.fetch_committed_offsets(second, [topics.tp], timeout_s=WAIT_S)
+        stable = await groupoffsets.fetch_committed_offsets(second, [topics.tp], timeout_s=WAIT_S)
         assert stable == {topics.tp: None}
         current = groupfence.group_metadata(second)
         async with owner.transaction():
@@ -201,7 +202,7 @@ async def test_a_zombie_of_an_old_generation_cannot_commit_and_its_output_stays_
             await zombie.send(topics.output, b"zombie-later", partition=0)
 
         assert await committed_output(settings, topics, 2) == [b"owner", b"zombie-later"]
-        after = await groupfence.fetch_committed_offsets(second, [topics.tp], timeout_s=WAIT_S)
+        after = await groupoffsets.fetch_committed_offsets(second, [topics.tp], timeout_s=WAIT_S)
         assert after == {topics.tp: 3}
     finally:
         await zombie.stop()
@@ -223,12 +224,12 @@ async def test_a_stable_fetch_waits_for_the_pending_transaction(setup, caplog) -
 
         # while the transaction is open its offsets are unstable, never read as committed
         with pytest.raises(OffsetsUnstable, match="UNSTABLE_OFFSET_COMMIT"):
-            await groupfence.fetch_committed_offsets(consumer, [topics.tp], timeout_s=0.5)
+            await groupoffsets.fetch_committed_offsets(consumer, [topics.tp], timeout_s=0.5)
 
         caplog.set_level(logging.DEBUG, logger="gateway.kafka.groupfence")
         caplog.clear()
         fetch = asyncio.ensure_future(
-            groupfence.fetch_committed_offsets(consumer, [topics.tp], timeout_s=WAIT_S)
+            groupoffsets.fetch_committed_offsets(consumer, [topics.tp], timeout_s=WAIT_S)
         )
         deadline = time.monotonic() + WAIT_S
         while not any("not stable yet" in r.getMessage() for r in caplog.records):
@@ -292,7 +293,7 @@ async def test_a_static_member_replaced_under_its_instance_id_is_fenced(setup) -
             await groupfence.send_offsets_to_transaction(zombie, {topics.tp: 3}, old)
         assert refused.value.reason == "FENCED_INSTANCE_ID", refused.value
         await zombie.abort_transaction()
-        stable = await groupfence.fetch_committed_offsets(second, [topics.tp], timeout_s=WAIT_S)
+        stable = await groupoffsets.fetch_committed_offsets(second, [topics.tp], timeout_s=WAIT_S)
         assert stable == {topics.tp: None}
     finally:
         await zombie.stop()

@@ -17,8 +17,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.client import CoordinationType
 
-from gateway.kafka import clients, fencewire, groupfence, hanging
-from gateway.kafka.groupfence import GroupMetadata, OffsetsUnstable
+from gateway.kafka import clients, fencewire, groupoffsets, hanging
+from gateway.kafka.fencewire import GroupMetadata
+from gateway.kafka.groupoffsets import OffsetsUnstable
 from gateway.settings import Settings
 from tests.integration.conftest import (  # noqa: F401  (the fixtures)
     CreateTopics,
@@ -81,7 +82,7 @@ async def committed(
     consumer: AIOKafkaConsumer = clients.consumer(settings, group_id=group)
     await consumer.start()
     try:
-        return (await groupfence.fetch_committed_offsets(consumer, [tp], timeout_s=timeout_s))[tp]
+        return (await groupoffsets.fetch_committed_offsets(consumer, [tp], timeout_s=timeout_s))[tp]
     finally:
         await consumer.stop()
 

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from gateway.kafka import hanging
-from gateway.kafka.groupfence import OffsetsUnstable
+from gateway.kafka.groupoffsets import OffsetsUnstable
 from gateway.kafka.prepare import Preparer
 from gateway.kafka.slot import PairSlot
 from gateway.kafka.topics import TopicNames

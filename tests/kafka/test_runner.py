@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 import gateway.kafka.assignment as assignment_module
 import gateway.kafka.clients as clients
 import gateway.kafka.runner as runner
-from gateway.kafka import denials, groupfence
+from gateway.kafka import denials, groupoffsets
 from gateway.kafka.restore import Restored, Restorer
 from gateway.kafka.round import Round
 from gateway.kafka.runner import Gateway
@@ -309,7 +309,7 @@ def gw(monkeypatch):
     async def fetch_committed(consumer, partitions, *, timeout_s):  # the fake group's offsets
         return {tp: await consumer.committed(tp) for tp in partitions}
 
-    monkeypatch.setattr(groupfence, "fetch_committed_offsets", fetch_committed)
+    monkeypatch.setattr(groupoffsets, "fetch_committed_offsets", fetch_committed)
     a = g.compose(consumer, SimpleNamespace(), FakeOffsets())
     g.producers = producers
     restorer = FakeRestorer()

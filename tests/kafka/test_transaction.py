@@ -1,4 +1,4 @@
-"""The checkpoint's batched sends (a fake producer: what is sent where, in which order).
+"""Sending a round batched in a transaction (a fake producer: what is sent where, in which order).
 
 The real producer's batch path runs against the broker in tests/integration
 (test_pipelining, test_instance_producer) and tests/kafka/test_groupfence.
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway.codec.records import OutRecord
-from gateway.kafka.checkpoint import send_batched
+from gateway.kafka.transaction import send_batched
 
 
 class SmallBatch:
