@@ -200,16 +200,7 @@ async def run(
     replies_task: asyncio.Task[None] | None = None
     real: RealAgentDemo | None = None
     if real_agent:
-        real = RealAgentDemo(
-            settings,
-            real_agent,
-            TopicNames(settings).for_agent(real_agent),
-            real_replies,
-            registry,
-            f"{settings.group_id}.demo-{token}",
-        )
-    stop_reading = asyncio.Event()
-    reading: asyncio.Task[None] | None = None
+        real = RealAgentDemo(settings, real_agent, real_replies, registry)
     header = Header(agent, partitions, rate, duration, metrics_url, log_path)
     sources = [real.section] if real is not None else []
     console = Console(header, registry, stats, out, time.monotonic(), sources)
@@ -237,8 +228,7 @@ async def run(
         watched = [asyncio.create_task(stop.wait()), gateway_task, *traffic, replies_task]
         if real is not None:
             traffic.append(real.converse(stop_traffic))
-            reading = real.read(stop_reading)
-            watched += [traffic[-1], reading, *real.watched()]
+            watched += [traffic[-1], *real.watched()]
         drawing = asyncio.create_task(console.run(stop), name="console")
         done, _ = await asyncio.wait(watched, timeout=duration, return_when="FIRST_COMPLETED")
         broken = [t for t in done if t is not watched[0]]
@@ -256,9 +246,6 @@ async def run(
         if real is not None:
             if failure is None and not gateway_task.done():
                 await real.drain()  # approvals sent get their runs, so the counts compare
-            stop_reading.set()
-            if reading is not None:
-                await _bounded(reading, 5)
             await real.close()
         await agents.close()
         await clients.cancel_answers()

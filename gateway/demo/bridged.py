@@ -2,9 +2,9 @@
 
 Beside the simulated agents the demo then runs, in-process: the offline
 pydantic-ai agent (`gateway.demo.real_agent`) served by uvicorn, the bridge
-(`gateway.bridge`) for that agent's topics, and a simulated client that holds
-conversations with it through the gateway, one new thread every
-`CONVERSATION_EVERY_S`, at most `MAX_CONVERSATIONS` at a time:
+(`gateway.bridge`) for that agent's topics, and a `GatewayClient`
+(`gateway.client`) that holds conversations with it through the gateway, one
+new thread every `CONVERSATION_EVERY_S`, at most `MAX_CONVERSATIONS` at a time:
 
 1. a request; the agent calls its tool, which needs approval: the run ends
    with an interrupt;
@@ -29,18 +29,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client import CollectorRegistry
 
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.service import Bridge
-from gateway.codec.records import HEADER_CORRELATION_ID, HEADER_REPLY_TO
-from gateway.demo import wire
+from gateway.client import GatewayClient, Reply, encode_input
+from gateway.client.runs import RunStreamError, RunWatch
 from gateway.demo.console import Row, Section, by_label, pairs
 from gateway.demo.real_agent import AgentCounters, ServedAgent
 from gateway.demo.wire import DemoSetupError
-from gateway.kafka.topics import AgentTopics
 from gateway.observe.metrics import PREFIX
 from gateway.settings import BridgeAgent, Settings
 
@@ -48,6 +45,7 @@ log = logging.getLogger("gateway.demo.bridged")
 
 CONVERSATION_EVERY_S = 1.0
 MAX_CONVERSATIONS = 4
+CLIENT_ID = "agui-demo-real"  # the client's Kafka client ids start with it
 STEP_TIMEOUT_S = 30.0  # a verdict, or a run's end, not seen within this is given up
 BAD_RESUME_P = 0.4
 REPLAY_P = 0.3
@@ -110,86 +108,34 @@ def history(events: list[dict[str, Any]]) -> list[Any]:
 
 
 class BridgedClient:
-    """Holds conversations with the real agent through the gateway's requests topic."""
+    """Holds conversations with the real agent through the gateway, as a `GatewayClient`:
+    its requests and verdicts, and each forwarded run's events, watched before it is sent."""
 
     def __init__(
         self,
         settings: Settings,
-        topics: AgentTopics,
+        agent: str,
         reply_topic: str,
         stats: BridgedStats,
-        group_prefix: str,
         seed: int | None = None,
     ) -> None:
-        self.settings = settings
-        self.topics = topics
-        self.reply_topic = reply_topic
+        self.agent = agent
         self.stats = stats
-        self.group_prefix = group_prefix
         self.rng = random.Random(seed)
-        self.producer: AIOKafkaProducer | None = None
-        self.events: AIOKafkaConsumer | None = None
-        self.replies: AIOKafkaConsumer | None = None
-        self.awaited: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self.threads: dict[str, list[dict[str, Any]]] = {}  # thread -> its events, in order
-        self.closed: dict[str, asyncio.Event] = {}  # thread -> set when a run closes
+        self.client = GatewayClient(
+            reply_topic=reply_topic, settings=settings.model_copy(update={"client_id": CLIENT_ID})
+        )
         self.conversations: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self.producer = await wire.producer(self.settings, "agui-demo-real-client")
-        self.events = await wire.consumer_at_end(
-            self.settings, self.topics.events, f"{self.group_prefix}.real", "agui-demo-real-client"
-        )
-        self.replies = await wire.consumer_at_end(
-            self.settings, self.reply_topic, f"{self.group_prefix}.real-replies", "agui-demo-real"
-        )
+        await self.client.start()
 
     async def close(self) -> None:
         for task in list(self.conversations):
             task.cancel()
         if self.conversations:
             await asyncio.wait(list(self.conversations), timeout=5)
-        await wire.stop_quietly(self.events, self.replies, self.producer)
-
-    # --- reading ----------------------------------------------------------------------
-
-    async def read(self, stop: asyncio.Event) -> None:
-        """Read the agent's events and the gateway's replies until `stop`."""
-        assert self.events is not None and self.replies is not None
-        while not stop.is_set():
-            events, replies = await asyncio.gather(
-                self.events.getmany(timeout_ms=100), self.replies.getmany(timeout_ms=100)
-            )
-            for records in events.values():
-                for record in records:
-                    self._event(record.key, record.value)
-            for records in replies.values():
-                for record in records:
-                    self._reply(record.value)
-
-    def _event(self, key: bytes | None, value: bytes | None) -> None:
-        thread = key.decode("utf-8", "replace") if key else ""
-        if thread not in self.threads:
-            return  # not one of this client's conversations
-        try:
-            event = orjson.loads(value or b"")
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(event, dict):
-            return
-        self.threads[thread].append(event)
-        if event.get("type") in ("RUN_FINISHED", "RUN_ERROR"):
-            self.closed[thread].set()
-
-    def _reply(self, value: bytes | None) -> None:
-        try:
-            reply = orjson.loads(value or b"")
-            correlation = reply.get("correlationId")
-        except (orjson.JSONDecodeError, AttributeError):
-            return
-        future = self.awaited.pop(correlation, None) if isinstance(correlation, str) else None
-        if future is not None and not future.done():
-            future.set_result(reply)
+        await self.client.stop()
 
     # --- conversations ----------------------------------------------------------------
 
@@ -209,14 +155,12 @@ class BridgedClient:
 
     async def _conversation(self, stop: asyncio.Event) -> None:
         thread = f"real-{uuid.uuid4().hex[:12]}"
-        self.threads[thread] = []
-        self.closed[thread] = asyncio.Event()
         self.stats.conversations += 1
         step = "request"
         try:
-            await self._send(thread, run_input(thread, USER), "forward", "request")
+            watch = await self._forward(run_input(thread, USER), step)
             step = "interrupt"
-            first = await self._run_closed(thread, 0)
+            first = await self._closed(watch)
             outcome = first[-1].get("outcome") or {}
             if first[-1].get("type") != "RUN_FINISHED" or outcome.get("type") != "interrupt":
                 raise StepFailed(f"the first run ended with {first[-1]}")
@@ -227,7 +171,7 @@ class BridgedClient:
             if self.rng.random() < BAD_RESUME_P:
                 step = "bad_resume"
                 if self.rng.random() < 0.5:
-                    await self._send(thread, run_input(thread, messages, []), "reject", step)
+                    await self._send(run_input(thread, messages, []), "reject", step)
                 else:
                     breaking = [
                         {
@@ -236,7 +180,7 @@ class BridgedClient:
                             "payload": {"approved": "yes"},
                         }
                     ]
-                    await self._send(thread, run_input(thread, messages, breaking), "reject", step)
+                    await self._send(run_input(thread, messages, breaking), "reject", step)
             step = "approval"
             approving = [
                 {
@@ -246,18 +190,18 @@ class BridgedClient:
                 }
             ]
             approve = run_input(thread, messages, approving)
-            if await self._send(thread, approve, "forward", step):
-                self.stats.approvals_forwarded += 1
+            watch = await self._forward(approve, step)
+            self.stats.approvals_forwarded += 1
             step = "approved_run"
-            second = await self._run_closed(thread, len(first))
+            second = await self._closed(watch)
             outcome = second[-1].get("outcome") or {"type": "success"}
             if second[-1].get("type") != "RUN_FINISHED" or outcome.get("type") != "success":
                 raise StepFailed(f"the approved run ended with {second[-1]}")
             self.stats.completed += 1
             if self.rng.random() < REPLAY_P:
                 step = "replay"
-                await self._send(thread, approve, "duplicate", step)
-        except (StepFailed, TimeoutError) as exc:
+                await self._send(approve, "duplicate", step)
+        except (StepFailed, TimeoutError, RunStreamError) as exc:
             self.stats.gave_up[step] += 1
             log.warning("real agent conversation given up", extra={"step": step, "error": str(exc)})
         except asyncio.CancelledError:
@@ -265,57 +209,35 @@ class BridgedClient:
         except Exception as exc:
             self.stats.gave_up[step] += 1
             log.warning("real agent conversation failed", extra={"step": step, "error": repr(exc)})
-        finally:
-            self.threads.pop(thread, None)
-            self.closed.pop(thread, None)
 
-    async def _send(self, thread: str, body: dict[str, Any], expect: str, step: str) -> bool:
-        """Send a request; True when its verdict is `expect` (else it is counted unexpected)."""
-        assert self.producer is not None
-        correlation = uuid.uuid4().hex
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.awaited[correlation] = future
+    async def _forward(self, body: dict[str, Any], step: str) -> RunWatch:
+        """Send a request expected to be forwarded, its run watched first: the watch."""
+        thread_id, run_id, data = encode_input(body)
         self.stats.sent[step] += 1
-        try:
-            await self.producer.send_and_wait(
-                self.topics.requests,
-                orjson.dumps(body),
-                key=thread.encode(),
-                headers=[
-                    (HEADER_REPLY_TO, self.reply_topic.encode()),
-                    (HEADER_CORRELATION_ID, correlation.encode()),
-                ],
-            )
-            reply = await asyncio.wait_for(future, STEP_TIMEOUT_S)
-        finally:
-            self.awaited.pop(correlation, None)
-        verdict = str(reply.get("verdict"))
+        reply, watch = await self.client.open_run(
+            self.agent, thread_id, run_id, data, STEP_TIMEOUT_S
+        )
+        self._verdict(reply, "forward", step)
+        assert watch is not None  # forwarded
+        return watch
+
+    async def _send(self, body: dict[str, Any], expect: str, step: str) -> None:
+        """Send a request whose verdict must be `expect`."""
+        self.stats.sent[step] += 1
+        self._verdict(await self.client.send(self.agent, body, STEP_TIMEOUT_S), expect, step)
+
+    def _verdict(self, reply: Reply, expect: str, step: str) -> None:
+        """Count the verdict; StepFailed (counted unexpected) unless it is `expect`."""
+        verdict = str(reply.verdict)
         self.stats.verdicts[verdict] += 1
         if verdict != expect:
             self.stats.unexpected[f"{step}: {expect} -> {verdict}"] += 1
-            raise StepFailed(f"{step}: expected {expect}, got {reply}")
-        return True
+            raise StepFailed(f"{step}: expected {expect}, got {reply!r}")
 
-    async def _run_closed(self, thread: str, after: int) -> list[dict[str, Any]]:
-        """The events of the thread's run that starts at index `after`, once it closed."""
-        closed = self.closed[thread]
-
-        def ended() -> bool:
-            return any(
-                e.get("type") in ("RUN_FINISHED", "RUN_ERROR") for e in self.threads[thread][after:]
-            )
-
-        async with asyncio.timeout(STEP_TIMEOUT_S):
-            while not ended():
-                closed.clear()
-                if ended():
-                    break
-                await closed.wait()
-        events = self.threads[thread][after:]
-        end = next(
-            i for i, e in enumerate(events) if e.get("type") in ("RUN_FINISHED", "RUN_ERROR")
-        )
-        return events[: end + 1]
+    async def _closed(self, watch: RunWatch) -> list[dict[str, Any]]:
+        """The watched run's events, through its closing one."""
+        tap = await self.client.tap(self.agent)
+        return [e.value async for e in tap.events(watch, STEP_TIMEOUT_S, STEP_TIMEOUT_S)]
 
 
 def bridge_settings(settings: Settings, agent: str, url: str) -> Settings:
@@ -386,17 +308,15 @@ class RealAgentDemo:
         self,
         settings: Settings,
         agent: str,
-        topics: AgentTopics,
         reply_topic: str,
         registry: CollectorRegistry,
-        group_prefix: str,
     ) -> None:
         self.agent = agent
         self.settings = settings
         self.registry = registry
         self.stats = BridgedStats()
         self.served = ServedAgent()
-        self.client = BridgedClient(settings, topics, reply_topic, self.stats, group_prefix)
+        self.client = BridgedClient(settings, agent, reply_topic, self.stats)
         self.bridge: Bridge | None = None
         self.bridge_task: asyncio.Task[None] | None = None
         self.stop_bridge = asyncio.Event()
@@ -431,10 +351,6 @@ class RealAgentDemo:
     def converse(self, stop: asyncio.Event) -> asyncio.Task[None]:
         """Start conversations until `stop`."""
         return asyncio.create_task(self.client.run(stop), name="real agent client")
-
-    def read(self, stop: asyncio.Event) -> asyncio.Task[None]:
-        """Read the agent's events and the gateway's replies until `stop`."""
-        return asyncio.create_task(self.client.read(stop), name="real agent reader")
 
     def watched(self) -> list[asyncio.Task[None]]:
         return [self.bridge_task] if self.bridge_task is not None else []
