@@ -5,12 +5,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from aiokafka import TopicPartition
+
+from gateway.kafka.checkpoint import Outcome, Result, Work
+from gateway.kafka.committer import Committer
+from gateway.kafka.denials import Denials
 from gateway.kafka.pacing import CommitPacing
+from gateway.kafka.slot import PairKey, PairSlot
 from tests.kafka.test_runner import (
     answer_for,
     assign,
     decided_round,
     gw,
+    holding_a_pending_forward,
     producer,
     rec,
     run_round,
@@ -19,6 +26,91 @@ from tests.kafka.test_runner import (
 )
 
 __all__ = ["gw"]  # the fixture, used by name
+
+
+# --- what a failed commit asks of the holder ------------------------------------------------
+
+
+class Holder:
+    """Records what the committer asks of the pairs' holder."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, PairKey]] = []
+
+    def holds(self, slot: PairSlot) -> bool:
+        return True
+
+    def pause(self, slot: PairSlot) -> None:
+        self.asked.append(("pause", slot.key))
+
+    async def fenced(self, slot: PairSlot) -> None:
+        self.asked.append(("fenced", slot.key))
+
+    def retry(self, slot: PairSlot) -> None:
+        self.asked.append(("retry", slot.key))
+
+
+class ScriptedCheckpoint:
+    """Answers every commit with one outcome; records closes and rewinds."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.done: list[str] = []
+
+    def holds(self, key: PairKey) -> bool:
+        return True
+
+    async def commit(self, works: list[Work]) -> list[Result]:
+        error = None if self.outcome is Outcome.COMMITTED else RuntimeError("refused")
+        return [Result(self.outcome, error) for _ in works]
+
+    async def close(self, key: PairKey) -> None:
+        self.done.append("close")
+
+    async def rewind(self, tps: list[TopicPartition], ours: dict[TopicPartition, int]) -> None:
+        self.done.append("rewind")
+
+
+def committer_for(outcome: Outcome) -> tuple[Committer, Holder, ScriptedCheckpoint]:
+    holder, checkpoint = Holder(), ScriptedCheckpoint(outcome)
+    return Committer(checkpoint, Denials(), holder), holder, checkpoint  # type: ignore[arg-type]
+
+
+async def test_a_fenced_commit_asks_the_holder_to_give_the_pair_up(gw: Any) -> None:
+    slot = await holding_a_pending_forward(gw)
+    committer, holder, checkpoint = committer_for(Outcome.FENCED)
+    assert await committer.commit([slot]) == ([], [])
+    assert holder.asked == [("pause", slot.key), ("fenced", slot.key)]
+    assert checkpoint.done == [] and not slot.ready and slot.pair.round.empty()
+
+
+async def test_a_failed_commit_rewinds_and_the_pair_is_to_be_prepared_again(gw: Any) -> None:
+    slot = await holding_a_pending_forward(gw)
+    committer, holder, checkpoint = committer_for(Outcome.FAILED)
+    assert await committer.commit([slot]) == ([], [slot])
+    assert holder.asked == [("pause", slot.key)]  # the caller prepares it again
+    assert checkpoint.done == ["close", "rewind"] and not slot.ready
+
+
+async def test_a_failed_commit_in_the_background_asks_the_holder_to_retry(gw: Any) -> None:
+    slot = await holding_a_pending_forward(gw)
+    committer, holder, checkpoint = committer_for(Outcome.FAILED)
+    committer.launch([slot])
+    assert committer.in_flight(slot)
+    await committer.drain()
+    assert not committer.in_flight(slot)
+    assert holder.asked == [("pause", slot.key), ("retry", slot.key)]
+    assert checkpoint.done == ["close", "rewind"]
+
+
+async def test_a_committed_round_asks_nothing_of_the_holder(gw: Any) -> None:
+    slot = await holding_a_pending_forward(gw)
+    committer, holder, _ = committer_for(Outcome.COMMITTED)
+    seen: list[int] = []
+    committer.observe(lambda s, done: seen.append(len(done.decided)))
+    done, retry = await committer.commit([slot])
+    assert len(done) == 1 and retry == [] and seen == [1]
+    assert holder.asked == [] and slot.ready and not slot.pair.has_pending()
 
 
 # --- the floor on a pair's commits (commit_min_interval_ms, commit_min_records) ------------
