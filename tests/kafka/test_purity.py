@@ -1,5 +1,5 @@
-"""Output shaping, the round, deciding and the merge are pure: no Kafka client, no event loop,
-no clock, no metrics."""
+"""Output shaping, the round, deciding, the merge and commit pacing are pure: no Kafka client,
+no event loop, no clock, no metrics."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import gateway.kafka
 
 KAFKA_DIR = Path(gateway.kafka.__file__).parent
-PURE = ("shaping", "round", "decide", "merge")
+PURE = ("shaping", "round", "decide", "merge", "pacing")
 
 FORBIDDEN = {
     "aiokafka": "Kafka belongs to the checkpoint and the clients module",
