@@ -176,10 +176,47 @@ def without(data: bytes, paths: list[tuple[str | int, ...]]) -> bytes | None:
 
 def forwarded(received: bytes, removed: list[tuple[str | int, ...]], value: Any) -> bytes:
     """What a forward carries: the input as received less the members at `removed`,
-    every value exactly as sent; for a document too deep to keep its number tokens,
-    the decoded `value` written."""
+    every value exactly as sent. `value` is the decoded input less those members.
+
+    When writing the decoded values gives back every number token of `received`
+    as it came (`numbers_as_written`: the common case), `value` is written, and the
+    input is not read again; otherwise (`1E9`, `-0`, `1e-400`, 20 significant
+    digits, escapes in strings) the received text is read again keeping its tokens
+    (`without`). For a document too deep for that, the decoded `value` is written.
+    """
+    if not removed:
+        return received
+    if numbers_as_written(received):
+        return to_json(value)
     out = without(received, removed)
     return dumps(value) if out is None else out
+
+
+# The skeleton of a document as nested arrays: objects become arrays, names and
+# strings the number 0, so that what is left is numbers, literals and brackets.
+_AS_ARRAYS = bytes.maketrans(b"{}:", b"[],")
+
+
+def numbers_as_written(data: bytes) -> bool:
+    """Whether writing the decoded `data` (valid JSON read by `loads`) with `to_json`
+    writes each of its number tokens exactly as `data` has it.
+
+    Strings are written alike whichever parser decoded them, when they hold no
+    escape; so a document without a backslash is checked by reading its
+    skeleton (its strings replaced by `0`, objects turned into arrays) with
+    orjson and comparing the skeleton written back, token for token. False for
+    anything orjson does not write back alike (`1E9`, `-0`, `1.50`, integers
+    beyond 64 bits, nesting past 254 levels): the caller then keeps the tokens
+    the slow way.
+    """
+    if b"\\" in data:
+        return False
+    # without escapes every quote opens or closes a string: every other piece is outside
+    skeleton = b"0".join(data.split(b'"')[::2]).translate(_AS_ARRAYS, _WHITESPACE)
+    try:
+        return orjson.dumps(orjson.loads(skeleton)) == skeleton
+    except (JSONDecodeError, orjson.JSONEncodeError):
+        return False
 
 
 def dumps(value: Any) -> bytes:
