@@ -98,7 +98,16 @@ _MISSING: Any = object()
 @cache
 def walker() -> Walk:
     """The walk over a whole input (a no-op where the schema holds no typed dict)."""
-    return _compile(schema()) or _nothing
+    compiled = _compiled(schema())
+    if compiled is None or compiled[1] != (dict,):
+        return _nothing
+    walk = compiled[0]
+
+    def walk_input(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+        if type(value) is dict:
+            walk(value, at, extras, tags)
+
+    return walk_input
 
 
 def _nothing(node: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
@@ -108,16 +117,23 @@ def _nothing(node: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any
 def _compile(node: dict[str, Any]) -> Walk | None:
     """The walk of a schema node; None where no extra member or union tag can be found
     (an open object, a scalar): the walk never goes there."""
+    compiled = _compiled(node)
+    return None if compiled is None else compiled[0]
+
+
+def _compiled(node: dict[str, Any]) -> tuple[Walk, tuple[type, ...]] | None:
+    """The walk of a schema node and the JSON types it walks into (a value of another
+    type is not visited at all), or None."""
     node = inner(node)
     kind = node.get("type")
     if kind == "typed-dict":
-        return _typed_dict(node)
+        return _typed_dict(node), (dict,)
     if kind == "list":
         items = node.get("items_schema")
-        item = _compile(items) if items is not None else None
-        return None if item is None else _list(item)
+        item = _compiled(items) if items is not None else None
+        return None if item is None else (_list(*item), (list,))
     if kind == "tagged-union":
-        return _tagged_union(node)
+        return _tagged_union(node), (dict,)
     if kind == "union":
         return _union(node)
     return None
@@ -126,17 +142,15 @@ def _compile(node: dict[str, Any]) -> Walk | None:
 def _typed_dict(node: dict[str, Any]) -> Walk:
     names = frozenset(node["fields"])
     deep = [
-        (name, field_walk)
+        (name, *compiled)
         for name, spec in node["fields"].items()
-        if (field_walk := _compile(spec["schema"])) is not None
+        if (compiled := _compiled(spec["schema"])) is not None
     ]
 
     def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-        if type(value) is not dict:
-            return
-        for name, field in deep:  # the validator reports the fields first, in schema order
-            item = value.get(name, _MISSING)
-            if item is not _MISSING:
+        for name, field, types in deep:  # the validator reports fields first, in schema order
+            item = value.get(name)
+            if type(item) in types:
                 field(item, (*at, name), extras, tags)
         if not value.keys() <= names:  # then the extra members, in the input's order
             extras.extend((*at, key) for key in value if key not in names)
@@ -144,10 +158,10 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
     return walk
 
 
-def _list(item: Walk) -> Walk:
+def _list(item: Walk, types: tuple[type, ...]) -> Walk:
     def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-        if type(value) is list:
-            for index, element in enumerate(value):
+        for index, element in enumerate(value):
+            if type(element) in types:
                 item(element, (*at, index), extras, tags)
 
     return walk
@@ -158,8 +172,6 @@ def _tagged_union(node: dict[str, Any]) -> Walk:
     choices = {tag: _compile(choice) for tag, choice in node["choices"].items()}
 
     def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-        if type(value) is not dict:
-            return
         tag = value.get(discriminator)
         if type(tag) is not str:
             return  # malformed, not unrecognised: the validator's error for it is not listed
@@ -172,20 +184,18 @@ def _tagged_union(node: dict[str, Any]) -> Walk:
     return walk
 
 
-def _union(node: dict[str, Any]) -> Walk | None:
-    to_list: list[Walk] = []
-    to_dict: list[Walk] = []
+def _union(node: dict[str, Any]) -> tuple[Walk, tuple[type, ...]] | None:
+    by_type: dict[type, list[Walk]] = {}
     for choice, _ in node["choices"]:
-        kind = inner(choice).get("type")
-        walk = _compile(choice)
-        if walk is None:
-            continue
-        (to_list if kind == "list" else to_dict).append(walk)
-    if not to_list and not to_dict:
+        compiled = _compiled(choice)
+        if compiled is not None:
+            for kind in compiled[1]:
+                by_type.setdefault(kind, []).append(compiled[0])
+    if not by_type:
         return None
 
-    def walk_union(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-        for walk in to_list if type(value) is list else to_dict if type(value) is dict else ():
-            walk(value, at, extras, tags)
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+        for alternative in by_type[type(value)]:
+            alternative(value, at, extras, tags)
 
-    return walk_union
+    return walk, tuple(by_type)
