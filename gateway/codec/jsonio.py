@@ -178,44 +178,53 @@ def forwarded(received: bytes, removed: list[tuple[str | int, ...]], value: Any)
     """What a forward carries: the input as received less the members at `removed`,
     every value exactly as sent. `value` is the decoded input less those members.
 
-    When writing the decoded values gives back every number token of `received`
-    as it came (`numbers_as_written`: the common case), `value` is written, and the
-    input is not read again; otherwise (`1E9`, `-0`, `1e-400`, 20 significant
-    digits, escapes in strings) the received text is read again keeping its tokens
-    (`without`). For a document too deep for that, the decoded `value` is written.
+    When orjson writes every number token of `received` back as it came
+    (`numbers_as_written`: the common case), orjson writes `value`, and the input
+    is not read again; otherwise (`1E9`, `-0`, `1e-400`, 20 significant digits,
+    escapes in strings, nesting past the 254 levels orjson writes) the received
+    text is read again keeping its tokens (`without`). For a document too deep
+    for that, the decoded `value` is written.
     """
     if not removed:
         return received
     if numbers_as_written(received):
-        return to_json(value)
+        try:
+            return orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            pass  # deeper than orjson writes: the exact path
     out = without(received, removed)
     return dumps(value) if out is None else out
 
 
-# The skeleton of a document as nested arrays: objects become arrays, names and
-# strings the number 0, so that what is left is numbers, literals and brackets.
-_AS_ARRAYS = bytes.maketrans(b"{}:", b"[],")
+_LITERALS = (b"true", b"false", b"null")
+# What separates number tokens once strings and literals are gone: all of it to spaces.
+_SEPARATORS = bytes.maketrans(b"{}[]:,\t\n\r", b"         ")
 
 
 def numbers_as_written(data: bytes) -> bool:
-    """Whether writing the decoded `data` (valid JSON read by `loads`) with `to_json`
-    writes each of its number tokens exactly as `data` has it.
+    """Whether orjson writes the decoded `data` (valid JSON read by `loads`) with each of
+    its number tokens exactly as `data` has it, and each string alike.
 
-    Strings are written alike whichever parser decoded them, when they hold no
-    escape; so a document without a backslash is checked by reading its
-    skeleton (its strings replaced by `0`, objects turned into arrays) with
-    orjson and comparing the skeleton written back, token for token. False for
-    anything orjson does not write back alike (`1E9`, `-0`, `1.50`, integers
-    beyond 64 bits, nesting past 254 levels): the caller then keeps the tokens
-    the slow way.
+    Strings are written alike whichever parser decoded them when they hold no
+    escape, so only a document without a backslash qualifies. Its number tokens
+    (what is left once its strings, literals and punctuation are gone) are read
+    by orjson as one array and written back: they must come back byte for byte.
+    False for `1E9`, `-0`, `1.50`, `1e-400`, integers beyond 64 bits: the caller
+    then keeps the tokens the slow way.
     """
     if b"\\" in data:
         return False
     # without escapes every quote opens or closes a string: every other piece is outside
-    skeleton = b"0".join(data.split(b'"')[::2]).translate(_AS_ARRAYS, _WHITESPACE)
+    rest = b"".join(data.split(b'"')[::2])
+    for literal in _LITERALS:
+        rest = rest.replace(literal, b" ")
+    tokens = rest.translate(_SEPARATORS).split()
+    if not tokens:
+        return True
+    numbers = b"[" + b",".join(tokens) + b"]"
     try:
-        return orjson.dumps(orjson.loads(skeleton)) == skeleton
-    except (JSONDecodeError, orjson.JSONEncodeError):
+        return orjson.dumps(orjson.loads(numbers)) == numbers
+    except JSONDecodeError:
         return False
 
 

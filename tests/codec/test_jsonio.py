@@ -177,4 +177,7 @@ def test_the_fast_path_is_taken_only_when_every_number_token_is_written_back():
     for token in [b"1E9", b"-0", b"1e-400", b"2.50", b"1.00000000000000000001", b"10" * 12]:
         assert not jsonio.numbers_as_written(b'{"a":[1,' + token + b"]}"), token
     assert not jsonio.numbers_as_written(b'{"a":"\\u00e9","b":1}')  # escapes: the exact path
-    assert not jsonio.numbers_as_written(nested_text(300, b"1"))  # deeper than orjson writes
+    deep = b'{"a":' + nested_text(300, b'[1.5,{"b":1}]') + b',"c":1}'  # past orjson's 254
+    value = jsonio.loads(deep)
+    paths: list[tuple[str | int, ...]] = [("c",), ("a", *[0] * 300, 1, "b")]
+    assert jsonio.forwarded(deep, paths, remove_paths(value, paths)) == jsonio.without(deep, paths)
