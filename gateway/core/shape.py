@@ -40,6 +40,9 @@ class Entry(NamedTuple):
     payload: Any = None
 
 
+_entry = Entry._make  # builds the tuple directly: thousands of entries cost little
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """What the judge reads of a valid input (every other field is passed through)."""
@@ -138,7 +141,7 @@ def _valid(shape: Shape, raw: dict[str, Any], unknown: list[Path]) -> Shape:
         run_id=raw["runId"],
         resume=None
         if resume is None
-        else tuple(Entry(e["interruptId"], e["status"], e.get("payload")) for e in resume),
+        else tuple([_entry((e["interruptId"], e["status"], e.get("payload"))) for e in resume]),
     )
     return shape
 

@@ -84,14 +84,23 @@ def remove_paths(doc: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
     if not paths:
         return doc
     tree: dict[Any, Any] = {}
+    # paths come grouped by parent (the members of one object, the entries of one list):
+    # the parent's node is found once per run of them
+    last: Path | None = None
+    parent: dict[Any, Any] | None = tree
     for path in paths:
-        node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if node is None:
-                break
-        else:
-            node[path[-1]] = None  # a leaf: remove
+        if len(path) == 1:  # a member of the input itself (a flood of them is common)
+            tree[path[0]] = None
+            continue
+        prefix = path[:-1]
+        if prefix != last:
+            last, parent = prefix, tree
+            for part in prefix:
+                parent = parent.setdefault(part, {})
+                if parent is None:
+                    break  # an ancestor is removed already
+        if parent is not None:
+            parent[path[-1]] = None  # a leaf: remove (its own subtree, if any, goes too)
     return _prune(doc, tree)
 
 
@@ -108,11 +117,14 @@ def _prune(node: Any, tree: dict[Any, Any]) -> Any:
                 out[key] = _prune(out[key], sub)
         return out
     if isinstance(node, list):
-        return [
-            item if (sub := tree.get(index, _KEEP)) is _KEEP else _prune(item, sub)
-            for index, item in enumerate(node)
-            if tree.get(index, _KEEP) is not None
-        ]
+        kept: list[Any] = []
+        for index, item in enumerate(node):
+            sub = tree.get(index, _KEEP)
+            if sub is _KEEP:
+                kept.append(item)
+            elif sub is not None:
+                kept.append(_prune(item, sub))
+        return kept
     return node
 
 
