@@ -216,6 +216,8 @@ def numbers_as_written(data: bytes) -> bool:
         return False
     # without escapes every quote opens or closes a string: every other piece is outside
     rest = b"".join(data.split(b'"')[::2])
+    if b"E" in rest:
+        return False  # orjson writes every exponent with a small `e`: no need to read them
     for literal in _LITERALS:
         rest = rest.replace(literal, b" ")
     tokens = rest.translate(_SEPARATORS).split()
