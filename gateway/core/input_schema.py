@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from itertools import filterfalse
 from typing import Any
 
 from ag_ui.core import RunAgentInput
@@ -153,7 +154,8 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
             if type(item) in types:
                 field(item, (*at, name), extras, tags)
         if not value.keys() <= names:  # then the extra members, in the input's order
-            extras.extend((*at, key) for key in value if key not in names)
+            # (*at, key) for each key not in names, built without a loop here
+            extras.extend(map(at.__add__, zip(filterfalse(names.__contains__, value))))
 
     return walk
 

@@ -50,7 +50,7 @@ def unknown_members(model: BaseModel, raw: Any, at: Path, out: list[Path]) -> No
         return
     extra = model.__pydantic_extra__
     if extra:
-        out.extend((*at, key) for key in extra)
+        out.extend(map(at.__add__, zip(extra)))  # (*at, key) each, built without a loop here
     for name, key in _nested_fields(type(model)):
         value = getattr(model, name)
         if isinstance(value, BaseModel):
