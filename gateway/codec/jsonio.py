@@ -70,10 +70,14 @@ def loads(data: bytes) -> Any:
     if _has_long_run(data):
         return _exact(data)
     try:
-        members = _members(orjson.dumps(value), compact=True)
+        written = orjson.dumps(value)
     except orjson.JSONEncodeError:  # deeper than orjson writes (254 levels)
         _check_depth(data)
         members = _members_of(value)
+    else:
+        if written == data:  # compact input written back whole: no member was dropped
+            return value
+        members = _members(written, compact=True)
     if _members(data) != members:
         raise DuplicateKey
     return value
