@@ -73,9 +73,9 @@ class Shape:
 def read_input(raw: dict[str, Any]) -> Shape:
     """Validate `raw` against the protocol's RunAgentInput, strictly, by wire names.
 
-    One validation, with the protocol's own schema read as plain typed dicts that
-    forbid extra members (`_validator`): no model object is built, and a valid
-    input costs nothing more. Its errors are then sorted: an extra member is
+    One validation, with the protocol's own schema read as plain typed dicts
+    that forbid extra members (`input_schema.validator`): no model object is
+    built, and a valid input costs nothing more. Its errors are then sorted: an extra member is
     unknown (stripped), an element whose union tag is a string the protocol does
     not define is unrecognised (stripped), anything else is malformed.
     """
