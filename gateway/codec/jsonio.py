@@ -70,10 +70,14 @@ def loads(data: bytes) -> Any:
     if _has_long_run(data):
         return _exact(data)
     try:
-        members = _members(orjson.dumps(value), compact=True)
+        written = orjson.dumps(value)
     except orjson.JSONEncodeError:  # deeper than orjson writes (254 levels)
         _check_depth(data)
         members = _members_of(value)
+    else:
+        if written == data:  # compact input written back whole: no member was dropped
+            return value
+        members = _members(written, compact=True)
     if _members(data) != members:
         raise DuplicateKey
     return value
@@ -176,10 +180,58 @@ def without(data: bytes, paths: list[tuple[str | int, ...]]) -> bytes | None:
 
 def forwarded(received: bytes, removed: list[tuple[str | int, ...]], value: Any) -> bytes:
     """What a forward carries: the input as received less the members at `removed`,
-    every value exactly as sent; for a document too deep to keep its number tokens,
-    the decoded `value` written."""
+    every value exactly as sent. `value` is the decoded input less those members.
+
+    When orjson writes every number token of `received` back as it came
+    (`numbers_as_written`: the common case), orjson writes `value`, and the input
+    is not read again; otherwise (`1E9`, `-0`, `1e-400`, 20 significant digits,
+    escapes in strings, nesting past the 254 levels orjson writes) the received
+    text is read again keeping its tokens (`without`). For a document too deep
+    for that, the decoded `value` is written.
+    """
+    if not removed:
+        return received
+    if numbers_as_written(received):
+        try:
+            return orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            pass  # deeper than orjson writes: the exact path
     out = without(received, removed)
     return dumps(value) if out is None else out
+
+
+_LITERALS = (b"true", b"false", b"null")
+# What separates number tokens once strings and literals are gone: all of it to spaces.
+_SEPARATORS = bytes.maketrans(b"{}[]:,\t\n\r", b"         ")
+
+
+def numbers_as_written(data: bytes) -> bool:
+    """Whether orjson writes the decoded `data` (valid JSON read by `loads`) with each of
+    its number tokens exactly as `data` has it, and each string alike.
+
+    Strings are written alike whichever parser decoded them when they hold no
+    escape, so only a document without a backslash qualifies. Its number tokens
+    (what is left once its strings, literals and punctuation are gone) are read
+    by orjson as one array and written back: they must come back byte for byte.
+    False for `1E9`, `-0`, `1.50`, `1e-400`, integers beyond 64 bits: the caller
+    then keeps the tokens the slow way.
+    """
+    if b"\\" in data:
+        return False
+    # without escapes every quote opens or closes a string: every other piece is outside
+    rest = b"".join(data.split(b'"')[::2])
+    if b"E" in rest:
+        return False  # orjson writes every exponent with a small `e`: no need to read them
+    for literal in _LITERALS:
+        rest = rest.replace(literal, b" ")
+    tokens = rest.translate(_SEPARATORS).split()
+    if not tokens:
+        return True
+    numbers = b"[" + b",".join(tokens) + b"]"
+    try:
+        return orjson.dumps(orjson.loads(numbers)) == numbers
+    except JSONDecodeError:
+        return False
 
 
 def dumps(value: Any) -> bytes:

@@ -10,17 +10,26 @@ are typed `Any`/dict by the protocol's models and so are never walked into.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Any, NamedTuple, get_args
+from typing import Any, NamedTuple
 
 import orjson
-from ag_ui.core import RunAgentInput
-from pydantic import BaseModel, ValidationError
-from pydantic_core import SchemaValidator
+from pydantic import ValidationError
 
 from gateway.core.findings import pointer, preview
+from gateway.core.input_schema import ALTERNATIVE, ANY, Path, inner, validator, walker
+from gateway.core.input_schema import schema as typed_schema
+from gateway.core.strip import error_pointer, remove_paths, unknown_members
 
-Path = tuple[str | int, ...]
+__all__ = [
+    "Entry",
+    "Path",
+    "Request",
+    "Shape",
+    "error_pointer",
+    "read_input",
+    "remove_paths",
+    "unknown_members",
+]
 
 
 class Entry(NamedTuple):
@@ -29,6 +38,9 @@ class Entry(NamedTuple):
     interrupt_id: str
     status: str  # resolved | cancelled
     payload: Any = None
+
+
+_entry = Entry._make  # builds the tuple directly: thousands of entries cost little
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +73,9 @@ class Shape:
 def read_input(raw: dict[str, Any]) -> Shape:
     """Validate `raw` against the protocol's RunAgentInput, strictly, by wire names.
 
-    One validation, with the protocol's own schema read as plain typed dicts that
-    forbid extra members (`_validator`): no model object is built, and a valid
-    input costs nothing more. Its errors are then sorted: an extra member is
+    One validation, with the protocol's own schema read as plain typed dicts
+    that forbid extra members (`input_schema.validator`): no model object is
+    built, and a valid input costs nothing more. Its errors are then sorted: an extra member is
     unknown (stripped), an element whose union tag is a string the protocol does
     not define is unrecognised (stripped), anything else is malformed.
     """
@@ -74,14 +86,13 @@ def read_input(raw: dict[str, Any]) -> Shape:
             shape.malformed = bad_tags
             return shape
     try:
-        _validator().validate_python(raw, strict=True)
+        validator().validate_python(raw, strict=True)
     except ValidationError as exc:
         count = exc.error_count()
-        if count > MANY_ERRORS:  # a flood: are they all extra members? One pass says so
-            extras: list[Path] = []
-            _extras(raw, _schema(), (), extras)
-            if len(extras) == count:
-                return _valid(shape, raw, extras)
+        if count > MANY_ERRORS:  # a flood: all extra members or unrecognised tags? One pass says
+            flood = _flood(shape, raw, count)
+            if flood is not None:
+                return flood
         errors = exc.errors(include_url=False, include_input=False, include_context=False)
     else:
         errors = []
@@ -130,74 +141,37 @@ def _valid(shape: Shape, raw: dict[str, Any], unknown: list[Path]) -> Shape:
         run_id=raw["runId"],
         resume=None
         if resume is None
-        else tuple(Entry(e["interruptId"], e["status"], e.get("payload")) for e in resume),
+        else tuple([_entry((e["interruptId"], e["status"], e.get("payload"))) for e in resume]),
     )
     return shape
 
 
-# Over this many validation errors, one schema-guided pass looks for extra members first:
-# building each error costs more than finding each member.
+# Over this many validation errors, one schema-guided pass looks for extra members and
+# unrecognised union tags first: building each error costs more than finding each.
 MANY_ERRORS = 256
 
 
-def _extras(node: Any, schema: dict[str, Any], at: Path, out: list[Path]) -> None:
-    """Append the path of every extra member in `node`, read along `schema` as the
-    validator reads it (a union tag picks its variant; an unrecognised one is skipped)."""
-    schema = _inner(schema)
-    kind = schema.get("type")
-    if kind == "typed-dict":
-        if not isinstance(node, dict):
-            return
-        fields, deep = _fields_of(schema)
-        for key, value in node.items():
-            if key not in fields:
-                out.append((*at, key))
-            elif key in deep:
-                _extras(value, fields[key], (*at, key), out)
-    elif kind == "list":
-        items = schema.get("items_schema")
-        if isinstance(node, list) and items is not None:
-            for index, item in enumerate(node):
-                _extras(item, items, (*at, index), out)
-    elif kind == "tagged-union":
-        tag = node.get(schema["discriminator"]) if isinstance(node, dict) else None
-        choice = schema["choices"].get(tag) if isinstance(tag, str) else None
-        if choice is not None:
-            _extras(node, choice, at, out)
-    elif kind == "union":
-        for choice, _ in schema["choices"]:
-            inner = _inner(choice)
-            if inner.get("type") == "list" and isinstance(node, list):
-                _extras(node, inner, at, out)
-            elif inner.get("type") in ("typed-dict", "tagged-union") and isinstance(node, dict):
-                _extras(node, inner, at, out)
-
-
-_FIELDS: dict[int, tuple[dict[str, Any], frozenset[str]]] = {}
-
-
-def _fields_of(schema: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
-    """A typed dict's field schemas by wire name, and the names of those that can hold
-    typed dicts (the only ones a search for extra members walks into)."""
-    known = _FIELDS.get(id(schema))
-    if known is None:
-        fields = {name: spec["schema"] for name, spec in schema["fields"].items()}
-        deep = frozenset(name for name, sub in fields.items() if _holds_typed_dict(sub))
-        known = _FIELDS[id(schema)] = (fields, deep)
-    return known
-
-
-def _holds_typed_dict(schema: Any) -> bool:
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if node.get("type") == "typed-dict":
-                return True
-            stack.extend(node.values())
-        elif isinstance(node, list | tuple):
-            stack.extend(node)
-    return False
+def _flood(shape: Shape, raw: dict[str, Any], count: int) -> Shape | None:
+    """The shape of an input whose `count` validation errors are all extra members and
+    unrecognised union elements, found by one walk (`input_schema.walker`) in the
+    order the validator reports them; None when the walk does not account for every
+    error (then each error is read)."""
+    extras: list[Path] = []
+    tags: list[tuple[Path, dict[str, Any]]] = []
+    walker()(raw, (), extras, tags)
+    if len(extras) + len(tags) != count:
+        return None
+    said: dict[tuple[str, int], str] = {}
+    for path, union in tags:
+        tag = _at(raw, path)[union["discriminator"]]
+        message = said.get((tag, id(union)))
+        if message is None:
+            message = said[tag, id(union)] = _tag_message(
+                tag, union["discriminator"], tuple(union["choices"])
+            )
+        shape.stripped_unions.append((path, message))
+    shape.removed = [path for path, _ in tags]
+    return _valid(shape, raw, extras)
 
 
 def _shallow(raw: object) -> bool:
@@ -243,73 +217,6 @@ def _non_text_tags(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-# --- the protocol's schema, read as typed dicts ---------------------------------------------
-_ANY: dict[str, Any] = {"type": "any"}
-_ALTERNATIVE = "alternative "
-
-
-@cache
-def _schema() -> dict[str, Any]:
-    """RunAgentInput's own core schema with every model read as a typed dict keyed by
-    wire name, extra members forbidden (each one an error naming it), and each
-    alternative of a plain union labelled by its position."""
-    return _as_typed_dicts(RunAgentInput.__pydantic_core_schema__)
-
-
-@cache
-def _validator() -> SchemaValidator:
-    return SchemaValidator(_schema())  # type: ignore[arg-type]
-
-
-_DROPPED = frozenset({"serialization", "metadata", "ref"})  # output and documentation only
-_VALUES = frozenset({"default", "expected"})  # values, not schemas
-
-
-def _as_typed_dicts(node: Any) -> Any:
-    if isinstance(node, list):
-        return [_as_typed_dicts(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    kind = node.get("type")
-    if kind == "model":
-        inner = node["schema"]
-        if inner.get("type") != "model-fields":
-            raise NotImplementedError(f"a model whose schema is {inner.get('type')!r}")
-        fields: dict[str, Any] = {}
-        for name, spec in inner["fields"].items():
-            wire = spec.get("validation_alias", name)
-            if not isinstance(wire, str):
-                raise NotImplementedError(f"field {name!r} has alias choices")
-            schema = _as_typed_dicts(spec["schema"])
-            fields[wire] = {
-                "type": "typed-dict-field",
-                "schema": schema,
-                "required": schema.get("type") != "default",
-            }
-        return {"type": "typed-dict", "fields": fields, "extra_behavior": "forbid"}
-    if kind == "union":
-        return {
-            "type": "union",
-            "choices": [
-                (_as_typed_dicts(c[0] if isinstance(c, tuple | list) else c), f"{_ALTERNATIVE}{n}")
-                for n, c in enumerate(node["choices"])
-            ],
-        }
-    if kind is not None and str(kind).startswith(("function", "definition", "model")):
-        raise NotImplementedError(f"a {kind!r} schema")
-    return {
-        key: value if key in _VALUES else _as_typed_dicts(value)
-        for key, value in node.items()
-        if key not in _DROPPED
-    }
-
-
-def _inner(schema: dict[str, Any]) -> dict[str, Any]:
-    while schema.get("type") in ("nullable", "default"):
-        schema = schema["schema"]
-    return schema
-
-
 def _locate(raw: Any, loc: tuple[Any, ...]) -> tuple[Path, Any, bool]:
     """Where a validation error's location points in `raw`, read along the schema.
 
@@ -317,32 +224,32 @@ def _locate(raw: Any, loc: tuple[Any, ...]) -> tuple[Path, Any, bool]:
     whether the error is relevant: an alternative of `str | list` that the value's
     own type rules out reports errors that say nothing about the input.
     """
-    schema = _schema()
+    schema = typed_schema()
     node = raw
     path: list[str | int] = []
     relevant = True
     for at, part in enumerate(loc):
-        schema = _inner(schema)
+        schema = inner(schema)
         kind = schema.get("type")
         if kind == "tagged-union":
-            schema = schema["choices"].get(part, _ANY)  # the tag names the variant
+            schema = schema["choices"].get(part, ANY)  # the tag names the variant
             continue
-        if kind == "union" and isinstance(part, str) and part.startswith(_ALTERNATIVE):
-            choice = schema["choices"][int(part[len(_ALTERNATIVE) :])][0]
-            relevant = relevant and _may_be(_inner(choice), node)
+        if kind == "union" and isinstance(part, str) and part.startswith(ALTERNATIVE):
+            choice = schema["choices"][int(part[len(ALTERNATIVE) :])][0]
+            relevant = relevant and _may_be(inner(choice), node)
             schema = choice
             continue
         if kind == "typed-dict":
             spec = schema["fields"].get(part)
-            schema = spec["schema"] if spec is not None else _ANY
+            schema = spec["schema"] if spec is not None else ANY
         elif kind == "list":
-            schema = schema.get("items_schema", _ANY)
+            schema = schema.get("items_schema", ANY)
         else:  # an open value (dict, any, ...): the rest of the location is raw
             for rest in loc[at:]:
                 node = _step(node, rest, path)
-            return tuple(path), _ANY, relevant
+            return tuple(path), ANY, relevant
         node = _step(node, part, path)
-    return tuple(path), _inner(schema), relevant
+    return tuple(path), inner(schema), relevant
 
 
 def _member_path(loc: tuple[Any, ...], routes: dict[tuple[Any, ...], tuple[int, ...]]) -> Path:
@@ -363,24 +270,24 @@ def _member_path(loc: tuple[Any, ...], routes: dict[tuple[Any, ...], tuple[int, 
 
 
 def _kept_parts(loc: tuple[Any, ...]) -> tuple[int, ...]:
-    schema = _schema()
+    schema = typed_schema()
     keep: list[int] = []
     for at, part in enumerate(loc):
-        schema = _inner(schema)
+        schema = inner(schema)
         kind = schema.get("type")
         if kind == "tagged-union":
-            schema = schema["choices"].get(part, _ANY)
+            schema = schema["choices"].get(part, ANY)
             continue
-        if kind == "union" and isinstance(part, str) and part.startswith(_ALTERNATIVE):
-            schema = schema["choices"][int(part[len(_ALTERNATIVE) :])][0]
+        if kind == "union" and isinstance(part, str) and part.startswith(ALTERNATIVE):
+            schema = schema["choices"][int(part[len(ALTERNATIVE) :])][0]
             continue
         if kind == "typed-dict":
             spec = schema["fields"].get(part)
-            schema = spec["schema"] if spec is not None else _ANY
+            schema = spec["schema"] if spec is not None else ANY
         elif kind == "list":
-            schema = schema.get("items_schema", _ANY)
+            schema = schema.get("items_schema", ANY)
         else:
-            schema = _ANY
+            schema = ANY
         keep.append(at)
     return tuple(keep)
 
@@ -446,104 +353,3 @@ def _merged(found: Any) -> list[tuple[str, str]]:
         if message not in messages:
             messages.append(message)
     return [(where, f"{where or '/'}: {'; or '.join(ms)}") for where, ms in by_where.items()]
-
-
-def error_pointer(doc: Any, error: Any) -> str:
-    """The JSON Pointer into `doc` of one pydantic validation error."""
-    return pointer(*_error_path(doc, error))
-
-
-def _error_path(doc: Any, error: Any) -> Path:
-    loc = error["loc"]
-    path = _raw_path(doc, loc)
-    if error["type"] == "missing" and loc:
-        path = (*path, loc[-1])
-    return path
-
-
-def _raw_path(doc: Any, loc: tuple[Any, ...]) -> Path:
-    """Map a pydantic error location onto the raw document, skipping union tags."""
-    path: list[str | int] = []
-    node = doc
-    for part in loc:
-        if isinstance(node, dict) and isinstance(part, str) and part in node:
-            node = node[part]
-            path.append(part)
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-            path.append(part)
-    return tuple(path)
-
-
-def unknown_members(model: BaseModel, raw: Any, at: Path, out: list[Path]) -> None:
-    if not isinstance(raw, dict):
-        return
-    extra = model.__pydantic_extra__
-    if extra:
-        out.extend((*at, key) for key in extra)
-    for name, key in _nested_fields(type(model)):
-        value = getattr(model, name)
-        if isinstance(value, BaseModel):
-            unknown_members(value, raw.get(key), (*at, key), out)
-        elif isinstance(value, list) and value:
-            items = raw.get(key)
-            if isinstance(items, list):
-                for index, (item, raw_item) in enumerate(zip(value, items, strict=False)):
-                    if isinstance(item, BaseModel):
-                        unknown_members(item, raw_item, (*at, key, index), out)
-
-
-@cache
-def _nested_fields(cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
-    """(attribute, wire name) of the fields whose type can hold a model: the only ones walked."""
-    return tuple(
-        (name, info.alias or name)
-        for name, info in cls.model_fields.items()
-        if _holds_model(info.annotation)
-    )
-
-
-def _holds_model(annotation: Any) -> bool:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return True
-    return any(_holds_model(arg) for arg in get_args(annotation))
-
-
-def remove_paths(doc: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
-    """A copy of `doc` without the members at `paths`; untouched branches are shared."""
-    if not paths:
-        return doc
-    tree: dict[Any, Any] = {}
-    for path in paths:
-        node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if node is None:
-                break
-        else:
-            node[path[-1]] = None  # a leaf: remove
-    return _prune(doc, tree)
-
-
-def _prune(node: Any, tree: dict[Any, Any]) -> Any:
-    """A copy of `node` without what `tree` marks; linear in the lists it rebuilds."""
-    if isinstance(node, dict):
-        out = dict(node)
-        for key, sub in tree.items():
-            if key not in out:
-                continue
-            if sub is None:
-                del out[key]
-            else:
-                out[key] = _prune(out[key], sub)
-        return out
-    if isinstance(node, list):
-        return [
-            item if (sub := tree.get(index, _KEEP)) is _KEEP else _prune(item, sub)
-            for index, item in enumerate(node)
-            if tree.get(index, _KEEP) is not None
-        ]
-    return node
-
-
-_KEEP: Any = object()

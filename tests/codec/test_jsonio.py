@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.codec import jsonio
+from gateway.core.shape import remove_paths
 
 
 def nested_text(depth: int, leaf: bytes) -> bytes:
@@ -103,3 +106,78 @@ def test_without_removes_members_and_keeps_every_number_token():
     assert jsonio.without(text, []) is text
     kept = jsonio.without(text, [("b", "d"), ("e", 1)])
     assert kept == b'{"a":[1E9,-0,1e-400,1.00000000000000000001],"b":{"c":2.50},"e":[1,3]}'
+
+
+# --- a forward's fast path writes what the exact path writes --------------------------------
+
+_NUMBER_TOKENS = st.sampled_from(
+    [b"0", b"-0", b"1", b"-17", b"1.5", b"2.50", b"1E9", b"1e9", b"1e-400", b"-0.0", b"1e16",
+     b"0.1", b"1.00000000000000000001", b"123456789012345678901", b"9223372036854775807",
+     b"18446744073709551616", b"3.0", b"1.5e-7", b"100"]
+)  # fmt: skip
+# plain text mostly (the fast path takes documents without escapes), escapes now and then
+_PLAIN = st.text(
+    st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters='"\\'), max_size=6
+)
+_STRINGS = (
+    _PLAIN.map(jsonio.dumps)
+    | _PLAIN.map(jsonio.dumps)
+    | st.sampled_from(
+        [b'"a\\"b"', b'"\\u00e9"', b'"\\\\"', b'"x\\/y"', b'"1E9"', b'"{\\"a\\":1}"', b'":,[]{}"']
+    )
+)
+_SPACE = st.sampled_from([b"", b"", b" ", b"\n  "])
+
+
+@st.composite
+def _documents(draw: st.DrawFn, depth: int = 0) -> bytes:
+    """JSON text: objects, arrays, strings (escaped or not), literals and number tokens as
+    clients write them, with or without whitespace."""
+    kind = draw(st.sampled_from(["object", "array", "leaf"] if depth < 4 else ["leaf"]))
+    if kind == "leaf":
+        return draw(_NUMBER_TOKENS | _STRINGS | st.sampled_from([b"true", b"false", b"null"]))
+    space = draw(_SPACE)
+    items = draw(st.lists(_documents(depth + 1), max_size=4))
+    if kind == "array":
+        return b"[" + space + (b"," + space).join(items) + space + b"]"
+    names = draw(st.lists(_PLAIN, min_size=len(items), max_size=len(items), unique=True))
+    members = [
+        jsonio.dumps(n) + space + b":" + space + v for n, v in zip(names, items, strict=True)
+    ]
+    return b"{" + space + (b"," + space).join(members) + b"}"
+
+
+def _member_paths(value: object, at: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    paths: list[tuple[str | int, ...]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            paths += [(*at, key), *_member_paths(item, (*at, key))]
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            paths += [(*at, index), *_member_paths(item, (*at, index))]
+    return paths
+
+
+@settings(max_examples=400, deadline=None)
+@given(_documents(), st.data())
+def test_a_forward_is_the_same_on_the_fast_path_and_the_exact_one(text, data):
+    document = b'{"k":' + text + b"}"
+    value = jsonio.loads(document)
+    paths = data.draw(st.lists(st.sampled_from(_member_paths(value)), min_size=1, max_size=3))
+    paths = [p for p in paths if not any(p[:n] in paths for n in range(len(p)))]  # outermost
+    exact = jsonio.without(document, paths)
+    fast = jsonio.forwarded(document, paths, remove_paths(value, paths))
+    assert fast == exact
+    if jsonio.numbers_as_written(document):
+        assert b"\\" not in document
+
+
+def test_the_fast_path_is_taken_only_when_every_number_token_is_written_back():
+    assert jsonio.numbers_as_written(b'{"a" : [1, 2.5, -3, true, null], "b": "1E9 x"}')
+    for token in [b"1E9", b"-0", b"1e-400", b"2.50", b"1.00000000000000000001", b"10" * 12]:
+        assert not jsonio.numbers_as_written(b'{"a":[1,' + token + b"]}"), token
+    assert not jsonio.numbers_as_written(b'{"a":"\\u00e9","b":1}')  # escapes: the exact path
+    deep = b'{"a":' + nested_text(300, b'[1.5,{"b":1}]') + b',"c":1}'  # past orjson's 254
+    value = jsonio.loads(deep)
+    paths: list[tuple[str | int, ...]] = [("c",), ("a", *[0] * 300, 1, "b")]
+    assert jsonio.forwarded(deep, paths, remove_paths(value, paths)) == jsonio.without(deep, paths)

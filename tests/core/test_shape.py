@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from gateway.core.shape import read_input, remove_paths
+from gateway.core.shape import MANY_ERRORS, read_input, remove_paths
 from tests.core.factories import entry, run_input
 
 
@@ -231,7 +231,7 @@ def test_the_typed_dict_reading_agrees_with_the_protocols_models(messages):
     from ag_ui.core import RunAgentInput
     from pydantic import ValidationError
 
-    from gateway.core.shape import _raw_path, unknown_members
+    from gateway.core.strip import _raw_path, unknown_members
 
     raw = run_input([entry("int-1", sig="s")], newTopLevel=1)
     raw["messages"] = messages
@@ -253,26 +253,86 @@ def test_the_typed_dict_reading_agrees_with_the_protocols_models(messages):
     assert sorted(shape.unknown, key=str) == sorted(found, key=str)
 
 
-def test_a_flood_of_extra_members_is_found_by_one_pass_exactly_as_by_the_errors(monkeypatch):
+def _by_pass_and_by_errors(monkeypatch, raw):
+    """The shape read through the one-pass flood path, and read error by error."""
     from gateway.core import shape as shape_module
 
+    taken: list[bool] = []
+    flood = shape_module._flood
+
+    def recorded(*args):  # type: ignore[no-untyped-def]
+        found = flood(*args)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(shape_module, "_flood", recorded)
+    by_pass = read_input(raw)
+    assert taken == [True]  # read by the one pass, not error by error
+    assert len(by_pass.unknown) + len(by_pass.stripped_unions) > MANY_ERRORS
+    monkeypatch.setattr(shape_module, "MANY_ERRORS", 10**9)
+    by_errors = read_input(raw)
+    monkeypatch.undo()
+    return by_pass, by_errors
+
+
+def test_a_flood_of_extra_members_is_found_by_one_pass_exactly_as_by_the_errors(monkeypatch):
     raw = run_input([entry("int-1", sig="s")], **{f"top{i}": i for i in range(200)})
+    call = {"id": "c", "type": "function", "z": 1, "function": {"name": "f", "arguments": ""}}
     raw["messages"] = [
-        {"id": f"m{i}", "role": "user", "content": [{"type": "text", "text": "t", "z": i}], "y": 1}
+        {"id": f"m{i}", "y": 1, "role": "assistant", "toolCalls": [{**call, "z": i}]}
         for i in range(200)
     ]
     raw["tools"] = [{"name": "t", "description": "d", "icon": "x"}]
-    passes: list[int] = []
-    walk = shape_module._extras
-    monkeypatch.setattr(
-        shape_module,
-        "_extras",
-        lambda *a: passes.append(1) or walk(*a),  # type: ignore[func-returns-value]
-    )
-    by_pass = read_input(raw)
-    assert passes and len(by_pass.unknown) > shape_module.MANY_ERRORS
-    monkeypatch.setattr(shape_module, "MANY_ERRORS", 10**9)
-    by_errors = read_input(raw)
+    by_pass, by_errors = _by_pass_and_by_errors(monkeypatch, raw)
     assert by_pass.model is not None and by_errors.model is not None
-    assert sorted(by_pass.unknown, key=str) == sorted(by_errors.unknown, key=str)
+    # in the same order (a member's fields first, then its extra members): 50 are listed
+    assert by_pass.unknown == by_errors.unknown
+    assert by_pass.unknown[:3] == [
+        ("messages", 0, "toolCalls", 0, "z"),
+        ("messages", 0, "y"),
+        ("messages", 1, "toolCalls", 0, "z"),
+    ]
+    assert by_pass.stripped_unions == by_errors.stripped_unions == []
+
+
+def test_extra_members_in_content_parts_are_read_error_by_error_alike():
+    """A content part's extra member fails the string alternative of `content` too: the
+    pass does not count that error, so such a flood is read error by error."""
+    raw = run_input([entry("int-1", sig="s")])
+    raw["messages"] = [
+        {"id": f"m{i}", "role": "user", "content": [{"type": "text", "z": i, "text": "t"}]}
+        for i in range(300)
+    ]
+    shape = read_input(raw)
+    assert shape.model is not None
+    assert shape.unknown[:300] == [("messages", i, "content", 0, "z") for i in range(300)]
+
+
+def test_a_flood_of_unrecognised_roles_and_extra_members_is_read_by_one_pass(monkeypatch):
+    raw = run_input([entry("int-1", sig="s")], top=1)
+    robots = [{"id": f"r{i}", "role": "robot", "content": "x", "q": 1} for i in range(300)]
+    users = [{"id": f"u{i}", "role": "user", "extra": i, "content": "x"} for i in range(300)]
+    raw["messages"] = [m for pair in zip(robots, users, strict=True) for m in pair]
+    raw["messages"].append({"id": "s", "role": "robot", "content": "y"})
+    by_pass, by_errors = _by_pass_and_by_errors(monkeypatch, raw)
+    assert by_pass.model is not None and by_errors.model is not None
+    assert by_pass.unknown == by_errors.unknown
     assert by_pass.stripped_unions == by_errors.stripped_unions
+    assert (
+        by_pass.removed
+        == by_errors.removed
+        == [("messages", 2 * i) for i in range(300)] + [("messages", 600)]
+    )
+    assert by_pass.unknown[0] == ("messages", 1, "extra") and by_pass.unknown[-1] == ("top",)
+
+
+def test_a_flood_the_pass_does_not_account_for_is_read_error_by_error():
+    raw = run_input([entry("int-1", sig="s")])
+    raw["messages"] = [{"id": f"u{i}", "role": "user", "extra": i} for i in range(300)]
+    shape = read_input(raw)  # every message lacks its content, and has an extra member
+    assert shape.model is None and len(shape.malformed) == 300 and shape.unknown == []
+    raw["messages"][5]["role"] = 5  # one tag that is no string among extra members
+    for message in raw["messages"]:
+        message["content"] = "x"
+    shape = read_input(raw)
+    assert shape.model is None and [w for w, _ in shape.malformed] == ["/messages/5"]

@@ -1,0 +1,203 @@
+"""The protocol's RunAgentInput schema, read as typed dicts, and one walk along it.
+
+`schema()` is RunAgentInput's own pydantic-core schema with every model read
+as a typed dict keyed by wire name that forbids extra members; `validator()`
+validates an input against it (no model object is built). `walker()` is the
+same schema compiled into one pass over an input that lists, in the order the
+validator reports them, its extra members and the elements whose union tag is
+a string the protocol does not define: for a flood of those, one pass costs
+less than building one validation error each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from itertools import filterfalse
+from typing import Any
+
+from ag_ui.core import RunAgentInput
+from pydantic_core import SchemaValidator
+
+Path = tuple[str | int, ...]
+
+ANY: dict[str, Any] = {"type": "any"}
+ALTERNATIVE = "alternative "  # the label of a plain union's alternative, then its position
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """RunAgentInput's own core schema with every model read as a typed dict keyed by
+    wire name, extra members forbidden (each one an error naming it), and each
+    alternative of a plain union labelled by its position."""
+    return _as_typed_dicts(RunAgentInput.__pydantic_core_schema__)
+
+
+@cache
+def validator() -> SchemaValidator:
+    return SchemaValidator(schema())  # type: ignore[arg-type]
+
+
+_DROPPED = frozenset({"serialization", "metadata", "ref"})  # output and documentation only
+_VALUES = frozenset({"default", "expected"})  # values, not schemas
+
+
+def _as_typed_dicts(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_as_typed_dicts(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if kind == "model":
+        inner_schema = node["schema"]
+        if inner_schema.get("type") != "model-fields":
+            raise NotImplementedError(f"a model whose schema is {inner_schema.get('type')!r}")
+        fields: dict[str, Any] = {}
+        for name, spec in inner_schema["fields"].items():
+            wire = spec.get("validation_alias", name)
+            if not isinstance(wire, str):
+                raise NotImplementedError(f"field {name!r} has alias choices")
+            field_schema = _as_typed_dicts(spec["schema"])
+            fields[wire] = {
+                "type": "typed-dict-field",
+                "schema": field_schema,
+                "required": field_schema.get("type") != "default",
+            }
+        return {"type": "typed-dict", "fields": fields, "extra_behavior": "forbid"}
+    if kind == "union":
+        return {
+            "type": "union",
+            "choices": [
+                (_as_typed_dicts(c[0] if isinstance(c, tuple | list) else c), f"{ALTERNATIVE}{n}")
+                for n, c in enumerate(node["choices"])
+            ],
+        }
+    if kind is not None and str(kind).startswith(("function", "definition", "model")):
+        raise NotImplementedError(f"a {kind!r} schema")
+    return {
+        key: value if key in _VALUES else _as_typed_dicts(value)
+        for key, value in node.items()
+        if key not in _DROPPED
+    }
+
+
+def inner(node: dict[str, Any]) -> dict[str, Any]:
+    """The schema under any `nullable` and `default` wrappers."""
+    while node.get("type") in ("nullable", "default"):
+        node = node["schema"]
+    return node
+
+
+# --- one pass along the schema -------------------------------------------------------------
+
+# (an input node, its path, the extra members found, the unrecognised union elements found:
+# their path and the tagged-union schema that does not define their tag)
+Walk = Callable[[Any, Path, list[Path], list[tuple[Path, dict[str, Any]]]], None]
+_MISSING: Any = object()
+
+
+@cache
+def walker() -> Walk:
+    """The walk over a whole input (a no-op where the schema holds no typed dict)."""
+    compiled = _compiled(schema())
+    if compiled is None or compiled[1] != (dict,):
+        return _nothing
+    walk = compiled[0]
+
+    def walk_input(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+        if type(value) is dict:
+            walk(value, at, extras, tags)
+
+    return walk_input
+
+
+def _nothing(node: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+    return None
+
+
+def _compile(node: dict[str, Any]) -> Walk | None:
+    """The walk of a schema node; None where no extra member or union tag can be found
+    (an open object, a scalar): the walk never goes there."""
+    compiled = _compiled(node)
+    return None if compiled is None else compiled[0]
+
+
+def _compiled(node: dict[str, Any]) -> tuple[Walk, tuple[type, ...]] | None:
+    """The walk of a schema node and the JSON types it walks into (a value of another
+    type is not visited at all), or None."""
+    node = inner(node)
+    kind = node.get("type")
+    if kind == "typed-dict":
+        return _typed_dict(node), (dict,)
+    if kind == "list":
+        items = node.get("items_schema")
+        item = _compiled(items) if items is not None else None
+        return None if item is None else (_list(*item), (list,))
+    if kind == "tagged-union":
+        return _tagged_union(node), (dict,)
+    if kind == "union":
+        return _union(node)
+    return None
+
+
+def _typed_dict(node: dict[str, Any]) -> Walk:
+    names = frozenset(node["fields"])
+    deep = [
+        (name, *compiled)
+        for name, spec in node["fields"].items()
+        if (compiled := _compiled(spec["schema"])) is not None
+    ]
+
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+        for name, field, types in deep:  # the validator reports fields first, in schema order
+            item = value.get(name)
+            if type(item) in types:
+                field(item, (*at, name), extras, tags)
+        if not value.keys() <= names:  # then the extra members, in the input's order
+            # (*at, key) for each key not in names, built without a loop here
+            extras.extend(map(at.__add__, zip(filterfalse(names.__contains__, value))))
+
+    return walk
+
+
+def _list(item: Walk, types: tuple[type, ...]) -> Walk:
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+        for index, element in enumerate(value):
+            if type(element) in types:
+                item(element, (*at, index), extras, tags)
+
+    return walk
+
+
+def _tagged_union(node: dict[str, Any]) -> Walk:
+    discriminator = node["discriminator"]
+    choices = {tag: _compile(choice) for tag, choice in node["choices"].items()}
+
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+        tag = value.get(discriminator)
+        if type(tag) is not str:
+            return  # malformed, not unrecognised: the validator's error for it is not listed
+        choice = choices.get(tag, _MISSING)
+        if choice is _MISSING:
+            tags.append((at, node))
+        elif choice is not None:
+            choice(value, at, extras, tags)
+
+    return walk
+
+
+def _union(node: dict[str, Any]) -> tuple[Walk, tuple[type, ...]] | None:
+    by_type: dict[type, list[Walk]] = {}
+    for choice, _ in node["choices"]:
+        compiled = _compiled(choice)
+        if compiled is not None:
+            for kind in compiled[1]:
+                by_type.setdefault(kind, []).append(compiled[0])
+    if not by_type:
+        return None
+
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+        for alternative in by_type[type(value)]:
+            alternative(value, at, extras, tags)
+
+    return walk, tuple(by_type)
