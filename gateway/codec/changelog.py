@@ -118,8 +118,18 @@ def _interrupt(i: InterruptRecord) -> list[Any]:
 
 def encode(state: ThreadState) -> bytes:
     """The version 4 value of `state`."""
+    return _encode(state, state.thread_id)
+
+
+def encode_held(state: ThreadState) -> bytes:
+    """How a store may hold `state` in memory: its version 4 value without the thread id
+    (null in its place; the store's key holds it). Read back with `decode_held`."""
+    return _encode(state, None)
+
+
+def _encode(state: ThreadState, thread_id: str | None) -> bytes:
     fields = [
-        state.thread_id,
+        thread_id,
         STATUS_CODES[state.status],
         state.run_id,
         state.outcome,
@@ -260,7 +270,7 @@ _STATE_DEFAULTS: tuple[Any, ...] = (
 _MANY = 1 << 16  # far beyond what the core's bounds let a state hold
 
 
-def _decode_v4(value: bytes) -> ThreadState:
+def _decode_v4(value: bytes, key: str | None = None) -> ThreadState:
     try:
         body = ormsgpack.unpackb(value[1:])
     except (ValueError, TypeError) as exc:
@@ -284,6 +294,8 @@ def _decode_v4(value: bytes) -> ThreadState:
         suspended,
         failed_late,
     ) = _padded(fields, _STATE_DEFAULTS)
+    if key is not None and thread_id is None:
+        thread_id = key
     run_status = _STATUS_OF.get(status) if type(status) is int else None
     if run_status is None:
         raise _bad(f"run status {status!r} is not one this version knows")
@@ -315,6 +327,14 @@ def decode(value: bytes) -> ThreadState:
     if value[0] == CURRENT_VERSION:
         return _decode_v4(value)
     return _decode_avro(value)
+
+
+def decode_held(value: bytes, thread_id: str) -> ThreadState:
+    """The state a store holds as `encode_held` bytes (or as a changelog value of any
+    version, as a restore leaves it), `thread_id` being the store's key."""
+    if value[:1] == b"\x04":
+        return _decode_v4(value, thread_id)
+    return decode(value)
 
 
 def _decode_avro(value: bytes) -> ThreadState:
