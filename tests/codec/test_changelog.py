@@ -416,3 +416,14 @@ def test_unreadable_version_4_values_raise_a_specific_error(body):
 def test_an_unknown_version_is_a_format_error():
     with pytest.raises(changelog.ChangelogFormatError, match="unknown changelog format version 5"):
         changelog.decode(b"\x05" + ormsgpack.packb(["t"]))
+
+
+def test_a_held_state_leaves_out_its_thread_id_and_reads_back_with_the_key():
+    state = full_state()
+    held = changelog.encode_held(state)
+    assert state.thread_id.encode() not in held
+    assert len(held) < len(changelog.encode(state))
+    assert changelog.decode_held(held, state.thread_id) == state
+    # a restored changelog value of any version reads the same way
+    assert changelog.decode_held(changelog.encode(state), state.thread_id) == state
+    assert changelog.decode_held(v3_value(state), state.thread_id) == state
