@@ -363,13 +363,14 @@ def _decode_avro(value: bytes) -> ThreadState:
 
 HEADER_STATUS = "agui-status"
 HEADER_OPEN = "agui-open"
+_STATUS_BYTES = {status: str(status).encode() for status in RunStatus}
 
 
 def hints(state: ThreadState) -> list[tuple[str, bytes]]:
     """The headers a changelog record carries about its state."""
     return [
-        (HEADER_STATUS, str(state.status).encode()),
-        (HEADER_OPEN, str(len(state.interrupts)).encode()),
+        (HEADER_STATUS, _STATUS_BYTES[state.status]),
+        (HEADER_OPEN, b"%d" % len(state.interrupts)),
     ]
 
 
