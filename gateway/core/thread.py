@@ -1,8 +1,8 @@
 """A thread's state: a plain, immutable, serialisable value.
 
 The lifecycle module produces new states from events; the judge reads them
-and records forwards. `to_dict` / `from_dict` give the plain form the service
-persists (the changelog codec maps it onto its Avro schema).
+and records forwards. `to_dict` / `from_dict` give the plain form (the changelog
+codec reads its Avro versions 1-3 through `from_dict`; version 4 is its own).
 """
 
 from __future__ import annotations

@@ -73,7 +73,11 @@ class Effects:
         key = shaping.output_key(record, thread_id)
         for warning in decision.warnings:
             self.warn(r, warning, record, thread_id, decision.run_id)
-        reply = shaping.reply_body(record, agent, decision, thread_id, now_ms, raw)
+        reply_to = record.header(HEADER_REPLY_TO)
+        # the reply (a rejection's record), built only when something writes it
+        reply: dict[str, Any] | None = None
+        if decision.verdict is Verdict.REJECT or reply_to:
+            reply = shaping.reply_body(record, agent, decision, thread_id, now_ms, raw)
         body: bytes | None = None  # the reply's JSON, once written
         if decision.verdict is Verdict.FORWARD:
             assert forward is not None
@@ -86,6 +90,7 @@ class Effects:
                     )
                     r.deferred.append(functools.partial(hist.observe, seconds))
         elif decision.verdict is Verdict.REJECT:
+            assert reply is not None
             body = shaping.fitted(reply, record.value)
             out.append(OutRecord(self.ctx.rejections_topic, key, body, headers))
             for reason in decision.reasons:
@@ -93,10 +98,10 @@ class Effects:
                 counter = _REASON_COUNTERS.get(reason.code)
                 if counter is not None:
                     r.deferred.append(getattr(m, counter).labels(agent).inc)
-        reply_to = record.header(HEADER_REPLY_TO)
         if not reply_to:
             return
         if LEGAL_TOPIC.match(reply_to) and self.ctx.topic_exists(reply_to):
+            assert reply is not None
             out.append(
                 OutRecord(reply_to, key, body or shaping.fitted(reply, record.value), headers)
             )

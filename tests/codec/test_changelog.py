@@ -3,10 +3,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import orjson
+import ormsgpack
 import pytest
 from fastavro import schemaless_writer
 
-from gateway.codec import changelog
+from gateway.codec import changelog, jsonio
 from gateway.core.sweep import answered_ids
 from gateway.core.thread import (
     FORWARDS_KEPT,
@@ -15,6 +16,7 @@ from gateway.core.thread import (
     RunStatus,
     SuspendedSubagent,
     ThreadState,
+    to_dict,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +92,7 @@ def test_an_older_writer_schema_is_read_with_defaults():
     assert state.status is RunStatus.SUCCEEDED and state.updated_ms == 7
 
 
-@pytest.mark.parametrize("version", range(1, changelog.CURRENT_VERSION + 1))
+@pytest.mark.parametrize("version", changelog.AVRO_VERSIONS)
 def test_schema_file_is_valid_json_and_versioned(version):
     raw = orjson.loads((REPO_ROOT / "schemas" / f"thread_state.v{version}.avsc").read_bytes())
     assert raw["namespace"].endswith(f".v{version}")
@@ -98,11 +100,12 @@ def test_schema_file_is_valid_json_and_versioned(version):
 
 def v1_value(state: ThreadState) -> bytes:
     """`state` as a gateway writing format version 1 wrote it."""
-    record = changelog.to_dict(state)
+    record = to_dict(state)
     del record["interrupts_run_id"], record["interrupts_closed_at_ms"], record["held_interrupts"]
     for item in record["interrupts"]:
         item["response_schema_json"] = item.pop("response_schema")
-        item["metadata_json"] = changelog._json_or_none(item.pop("metadata"))
+        meta = item.pop("metadata")
+        item["metadata_json"] = None if meta is None else jsonio.dumps(meta).decode()
         del item["response_schema_unusable"]
     out = io.BytesIO()
     out.write(b"\x01")
@@ -147,13 +150,15 @@ def test_hints_carry_status_and_open_count_and_tolerate_absence():
 
 
 def test_a_state_this_version_cannot_hold_is_a_format_error():
-    record = changelog.to_dict(ThreadState("t"))
+    record = to_dict(ThreadState("t"))
     record["status"] = "paused-in-a-later-version"
     out = io.BytesIO()
-    out.write(bytes([changelog.CURRENT_VERSION]))
-    schemaless_writer(out, changelog.schema(changelog.CURRENT_VERSION), record)
+    out.write(b"\x03")
+    schemaless_writer(out, changelog.schema(3), record)
     with pytest.raises(changelog.ChangelogFormatError, match="unreadable changelog state"):
         changelog.decode(out.getvalue())
+    with pytest.raises(changelog.ChangelogFormatError, match="run status 9"):
+        changelog.decode(b"\x04" + ormsgpack.packb(["t", 9]))
 
 
 # --- E: the largest state the core's bounds admit fits one changelog record -----------------
@@ -268,7 +273,7 @@ def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
 def v2_value(schemas: list[object]) -> bytes:
     """A state with one open interrupt per schema, as a gateway writing version 2 wrote
     it: each schema as received (any key order, usable or not)."""
-    record = changelog.to_dict(
+    record = to_dict(
         ThreadState(
             "t",
             RunStatus.INTERRUPTED,
@@ -299,9 +304,9 @@ def test_a_version_2_schema_is_judged_on_restore_as_when_recorded():
     assert remote.response_schema is None and "not a local" in (
         remote.response_schema_unusable or ""
     )
-    # written again as version 3, read back unchanged; a v3 value is read, not re-judged
+    # written again as version 4, read back unchanged; a later value is read, not re-judged
     again = changelog.encode(restored)
-    assert again[0] == changelog.CURRENT_VERSION == 3
+    assert again[0] == changelog.CURRENT_VERSION == 4
     assert changelog.decode(again) == restored
 
 
@@ -337,3 +342,88 @@ def test_a_state_keeps_no_schema_tree_only_bytes_within_the_schema_limit():
     assert isinstance(a.response_schema, bytes) and len(a.response_schema) <= MAX_SCHEMA_BYTES
     assert b.response_schema is None and b.response_schema_unusable  # the verdict, not 200 KB
     assert len(changelog.encode(new)) < 2_000
+
+
+# --- v4: a positional MessagePack array; versions 1-3 (Avro) still restore ------------------
+
+
+def v3_value(state: ThreadState) -> bytes:
+    """`state` as a gateway writing format version 3 wrote it."""
+    record = to_dict(state)
+    for item in (*record["interrupts"], *record["held_interrupts"]):
+        item["response_schema_json"] = item.pop("response_schema")
+        meta = item.pop("metadata")
+        item["metadata_json"] = None if meta is None else jsonio.dumps(meta).decode()
+    out = io.BytesIO()
+    out.write(b"\x03")
+    schemaless_writer(out, changelog.schema(3), record)
+    return out.getvalue()
+
+
+def test_a_version_3_value_restores_every_field_and_is_written_again_as_version_4():
+    state = full_state()
+    restored = changelog.decode(v3_value(state))
+    assert restored == state
+    again = changelog.encode(restored)
+    assert again[0] == 4
+    assert changelog.decode(again) == state
+
+
+def test_version_4_leaves_out_trailing_defaults_and_reads_them_back():
+    assert changelog.encode(ThreadState("t")) == b"\x04" + ormsgpack.packb(["t", 0])
+    assert changelog.decode(b"\x04" + ormsgpack.packb(["t"])) == ThreadState("t")
+    idle = ThreadState("t", RunStatus.SUCCEEDED, "r", "success", closed_at_ms=5, updated_ms=5)
+    assert ormsgpack.unpackb(changelog.encode(idle)[1:]) == ["t", 2, "r", "success", 5, 5]
+    assert changelog.decode(changelog.encode(idle)) == idle
+
+
+def test_version_4_keeps_text_unescaped_and_metadata_exact():
+    """Control characters cost no escaping (the record size bound holds as for Avro), and
+    metadata keeps integers beyond 64 bits exactly."""
+    message = "\x01" * 1000
+    state = replace(
+        full_state(),
+        interrupts=(InterruptRecord("a", "r", message, metadata={"big": 2**70, "f": 1.5}),),
+    )
+    value = changelog.encode(state)
+    assert len(value) < 1400
+    assert changelog.decode(value) == state
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xc1",  # not MessagePack
+        ormsgpack.packb({"thread_id": "t"}),  # not an array
+        ormsgpack.packb([]),  # no thread id
+        ormsgpack.packb([1]),  # a thread id that is not text
+        ormsgpack.packb(["t", "active"]),  # a status by name, not by code
+        ormsgpack.packb(["t", 2, None, None, None, None, None, None, [["a"]]]),  # no reason
+        ormsgpack.packb(["t", 2, None, None, None, None, None, None, [["a", "r", 1]]]),
+        ormsgpack.packb(["t", 2, None, None, None, None, None, None, [], [["r", "f", None, [1]]]]),
+        ormsgpack.packb(["t", 2, None, None, "5"]),  # closed_at_ms as text
+        ormsgpack.packb(["t", 2, *[None] * 20]),  # more fields than version 4 has
+        ormsgpack.packb(
+            ["t", 3, None, None, None, None, None, None, [["a", "r", None, None, "x"]]]
+        ),
+    ],
+)
+def test_unreadable_version_4_values_raise_a_specific_error(body):
+    with pytest.raises(changelog.ChangelogFormatError):
+        changelog.decode(b"\x04" + body)
+
+
+def test_an_unknown_version_is_a_format_error():
+    with pytest.raises(changelog.ChangelogFormatError, match="unknown changelog format version 5"):
+        changelog.decode(b"\x05" + ormsgpack.packb(["t"]))
+
+
+def test_a_held_state_leaves_out_its_thread_id_and_reads_back_with_the_key():
+    state = full_state()
+    held = changelog.encode_held(state)
+    assert state.thread_id.encode() not in held
+    assert len(held) < len(changelog.encode(state))
+    assert changelog.decode_held(held, state.thread_id) == state
+    # a restored changelog value of any version reads the same way
+    assert changelog.decode_held(changelog.encode(state), state.thread_id) == state
+    assert changelog.decode_held(v3_value(state), state.thread_id) == state

@@ -52,3 +52,40 @@ def test_restored_bytes_are_decoded_on_first_read_and_bad_ones_read_as_unknown(c
     assert store.get("a") == state
     assert store.get("bad") is None and len(store) == 1
     assert "unreadable changelog value" in caplog.text
+
+
+def test_closed_threads_are_held_as_bytes_without_their_id_and_active_ones_as_objects():
+    from gateway.codec import changelog
+
+    store = ThreadStore()
+    closed = ThreadState(
+        "a" * 36, RunStatus.INTERRUPTED, "r", interrupts=(InterruptRecord("x", "r", "m"),)
+    )
+    active = ThreadState("b", RunStatus.ACTIVE, "r2")
+    store.put(closed)
+    store.put(active)
+    store.commit()
+    held = store._committed["a" * 36]
+    assert isinstance(held, bytes) and b"a" * 36 not in held
+    assert held == changelog.encode_held(closed)
+    assert store.get("a" * 36) == closed and store.open_interrupts() == 1
+    assert store._committed["b"] is active and store.get("b") is active
+
+
+def test_an_older_restored_value_is_decoded_once_then_held_as_version_4():
+    import io
+
+    from fastavro import schemaless_writer
+
+    from gateway.codec import changelog
+    from gateway.core.thread import to_dict
+
+    state = ThreadState("a", RunStatus.SUCCEEDED, "r", "success", closed_at_ms=3, updated_ms=3)
+    out = io.BytesIO(b"\x03")
+    out.seek(1)
+    schemaless_writer(out, changelog.schema(3), to_dict(state))
+    store = ThreadStore()
+    store.load(out.getvalue(), "a")
+    assert store.get("a") == state
+    assert store._committed["a"] == changelog.encode_held(state)
+    assert store.get("a") == state
