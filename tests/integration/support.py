@@ -343,6 +343,17 @@ class Tail:
             await self.reader
         await self.consumer.stop()
 
+    async def caught_up(self, timeout: float) -> None:
+        """Until every record committed when this is called has been read."""
+        ends = await self.consumer.end_offsets(self.partitions)  # last stable offsets
+        deadline = time.monotonic() + timeout
+        while True:
+            behind = [tp for tp in self.partitions if await self.consumer.position(tp) < ends[tp]]
+            if not behind:
+                return
+            assert time.monotonic() < deadline, f"not read to the end in {timeout} s: {behind[:3]}"
+            await asyncio.sleep(0.1)
+
     async def wait(self, check: Callable[[list[Any]], bool], what: str, timeout: float) -> None:
         """Until `check(records)` holds (or fail, saying `what`)."""
         deadline = time.monotonic() + timeout

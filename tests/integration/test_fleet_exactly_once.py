@@ -96,6 +96,23 @@ def parts(correlation: str) -> tuple[str, str, bool]:
     return f"{phase}-{agent}-{kind}", agent, kind == "good"
 
 
+async def produce_events(ns: Namespace) -> None:
+    """Each thread's run, ending with interrupts `a` and `b` (one producer, batched)."""
+    producer = AIOKafkaProducer(bootstrap_servers=ns.bootstrap, acks="all", linger_ms=20)
+    await producer.start()
+    try:
+        pending = [
+            await producer.send(ns.events(agent), orjson.dumps(event), key=key.encode())
+            for agent in AGENTS
+            for phase in PHASES
+            for good in (True, False)
+            for key, event in thread_events(thread(phase, agent, good))
+        ]
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
 def attempt(correlation: str) -> int:
     return int(correlation.rsplit("-", 1)[1])
 
@@ -246,20 +263,7 @@ async def test_every_request_of_200_agents_is_decided_once_through_every_disrupt
     ns = Namespace(broker.bootstrap)
     await ns.create_agents(AGENTS, partitions=1)
     mark("topics")
-    producer = AIOKafkaProducer(bootstrap_servers=ns.bootstrap, acks="all", linger_ms=20)
-    await producer.start()
-    try:
-        pending = [
-            await producer.send(ns.events(agent), orjson.dumps(event), key=key.encode())
-            for agent in AGENTS
-            for phase in PHASES
-            for good in (True, False)
-            for key, event in thread_events(thread(phase, agent, good))
-        ]
-        await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
-    mark("events")
+    events = asyncio.create_task(produce_events(ns))  # while the first instance starts
     outputs = [TopicPartition(ns.run_requests(a), 0) for a in AGENTS]
     outputs.append(TopicPartition(ns.rejections, 0))
     gateways: list[GatewayProcess] = []
@@ -272,6 +276,7 @@ async def test_every_request_of_200_agents_is_decided_once_through_every_disrupt
     async with Tail(ns.bootstrap, outputs) as tail, killed_at_end(gateways):
         fleet = Fleet(ns, tail)
         first = await gateway("first").start(ready_timeout=READY_TIMEOUT_S)
+        await events
         closed = 'agui_gateway_runs_closed_total{outcome="interrupt"}'  # over all agents
         await wait_metric(first, closed, len(PHASES) * PER_PHASE, timeout=READY_TIMEOUT_S)
         mark("first ready")
@@ -318,8 +323,8 @@ async def test_every_request_of_200_agents_is_decided_once_through_every_disrupt
         await fleet.settled("broker")
         await second.wait_ready(READY_TIMEOUT_S)
         mark("broker")
-        await asyncio.sleep(3.0)  # a late duplicate would show by now
         assert await second.stop(signal.SIGTERM) == 0, second.log_tail()
+        await tail.caught_up(DECIDED_TIMEOUT_S)  # all it committed: a late duplicate too
         verdicts = fleet.verdicts()
         sent = list(fleet.sent)
 
