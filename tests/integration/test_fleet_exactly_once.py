@@ -301,7 +301,8 @@ async def test_every_request_of_200_agents_is_decided_once_through_every_disrupt
         await joiner.start(ready_timeout=READY_TIMEOUT_S)
         await handed_over(second, joiner)
         await sender
-        await fleet.send(batch[PER_PHASE // 2 :], 0.0)  # decided by the joiner
+        await fleet.send(batch[PER_PHASE // 2 :], 0.0)
+        await wait_metric(joiner, "agui_gateway_requests_total{", 1)  # it decides
         await fleet.settled("rebalance")
         mark("rebalance")
 
