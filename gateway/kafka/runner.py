@@ -163,7 +163,11 @@ class Gateway:
             client_id=f"{s.client_id}-offsets",
             enable_auto_commit=False,
             isolation_level="read_committed",
-            metadata_max_age_ms=s.discovery_interval_ms,
+            # aiokafka's default age (5 min), not the discovery interval: a client that
+            # tracks no topic yet asks for every topic's metadata at each refresh (the
+            # whole fleet's, every 5 s while idle). A lookup on a partition it does not
+            # know adds the topic and fetches its metadata then; a moved leader's
+            # error refreshes it.
         )
         await self.offsets.start()
         self.compose(self.consumer, self.admin, self.offsets)

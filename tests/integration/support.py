@@ -12,12 +12,13 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from tests import record_schemas
 
@@ -98,6 +99,24 @@ class Namespace:
         out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
         assert proc.returncode == 0, (out + err).decode()
         return out.decode()
+
+    async def create_agents(self, agents: list[str], partitions: int = 1) -> None:
+        """Many agents' topic sets, laid out as `topics create` lays them out, in one
+        CreateTopics request (one `topics create` process per agent would take minutes)."""
+        from gateway.kafka.topics import agent_topic_layout, ensure_topics
+        from tests.integration.inprocess import settings_for  # it imports this module
+
+        settings = settings_for(self)
+        layout: dict[str, tuple[int, dict[str, str]]] = {}
+        for agent in agents:
+            layout.update(agent_topic_layout(settings, agent, partitions, 1))
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=60000)
+        await asyncio.wait_for(admin.start(), timeout=30)
+        try:
+            reports = await asyncio.wait_for(ensure_topics(admin, layout), timeout=120)
+        finally:
+            await admin.close()
+        assert [r for r in reports if r.action != "created"] == [], "topics not created"
 
 
 _STARTED: list[asyncio.subprocess.Process] = []
@@ -288,3 +307,58 @@ def header(record: Any, name: str) -> str | None:
         if key == name:
             return value.decode()
     return None
+
+
+class Tail:
+    """Every record of `partitions` (read_committed, from the beginning), read in the
+    background for as long as the block runs: one consumer however many topics, and it
+    rides out a broker restart (aiokafka reconnects)."""
+
+    def __init__(self, bootstrap: str, partitions: Iterable[TopicPartition]) -> None:
+        self.bootstrap = bootstrap
+        self.partitions = list(partitions)
+        self.records: list[Any] = []
+
+    async def __aenter__(self) -> Tail:
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await self.consumer.start()
+        self.consumer.assign(self.partitions)
+        self.reader = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        while True:
+            batch = await self.consumer.getmany(timeout_ms=200)
+            for messages in batch.values():
+                self.records.extend(messages)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.reader
+        await self.consumer.stop()
+
+    async def caught_up(self, timeout: float) -> None:
+        """Until every record committed when this is called has been read."""
+        ends = await self.consumer.end_offsets(self.partitions)  # last stable offsets
+        deadline = time.monotonic() + timeout
+        while True:
+            behind = [tp for tp in self.partitions if await self.consumer.position(tp) < ends[tp]]
+            if not behind:
+                return
+            assert time.monotonic() < deadline, f"not read to the end in {timeout} s: {behind[:3]}"
+            await asyncio.sleep(0.1)
+
+    async def wait(self, check: Callable[[list[Any]], bool], what: str, timeout: float) -> None:
+        """Until `check(records)` holds (or fail, saying `what`)."""
+        deadline = time.monotonic() + timeout
+        while not check(self.records):
+            if self.reader.done():
+                self.reader.result()  # the reader's own failure, if any
+            assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+            await asyncio.sleep(0.1)
