@@ -381,10 +381,15 @@ class Gateway:
         worst: dict[tuple[str, str], int] = {}
         for tp in self.consumer.assignment():
             found = self.names.classify(tp.topic)
-            high = self.consumer.highwater(tp)
-            if found is None or high is None:
+            if found is None:
                 continue
             try:
+                # A growing pattern subscription lets the partitions go while a position
+                # is awaited (before the rebalance revokes them): aiokafka then asserts
+                # in `highwater`. Such a partition has no figure this time.
+                high = self.consumer.highwater(tp)
+                if high is None:
+                    continue
                 position = await asyncio.wait_for(self.consumer.position(tp), timeout=1)
             except Exception:
                 continue

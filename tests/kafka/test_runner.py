@@ -15,7 +15,7 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 from aiokafka.structs import ConsumerRecord
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 import gateway.kafka.assignment as assignment_module
 import gateway.kafka.clients as clients
@@ -28,6 +28,7 @@ from gateway.kafka.slot import PairSlot
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 from gateway.state.store import ThreadStore
+from tests.observe.exposition import parse, select
 
 STARTED = orjson.dumps({"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"})
 INTERRUPTED = orjson.dumps(
@@ -70,6 +71,7 @@ class FakeConsumer:
         self.topics: set[str] = set()
         # what the consumer's own fetches show: last stable offset and when (wall ms)
         self.fetched: dict[TopicPartition, tuple[int, int]] = {}
+        self.highwaters: dict[TopicPartition, int] = {}
         self._client = SimpleNamespace(
             cluster=SimpleNamespace(
                 internal_topics={"__consumer_offsets", "__transaction_state"},
@@ -118,7 +120,8 @@ class FakeConsumer:
         return set(self.assigned)
 
     def highwater(self, tp: TopicPartition) -> int | None:
-        return None
+        assert tp in self.assigned, "Partition is not assigned"  # as aiokafka does
+        return self.highwaters.get(tp)
 
     async def getmany(self, timeout_ms: int = 0) -> dict:
         return {}
@@ -1145,3 +1148,29 @@ async def test_a_subscription_reset_before_the_revoke_judges_nothing_and_does_no
     await run_round(gw, {})
     await run_round(gw, {})
     assert forwards(gw) == 1
+
+
+async def test_lag_skips_partitions_the_growing_subscription_let_go_while_it_read(gw):
+    """The lag gauge awaits each partition's position; meanwhile a pattern subscription
+    that grew can drop the assignment, and aiokafka's `highwater` then asserts. That
+    ended the gateway (seen adding an agent to a fleet of 50); now those partitions
+    have no figure this time and the others keep theirs."""
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    gw.consumer.highwaters = {ev: 7, rq: 9}
+    position = gw.consumer.position
+    read: list[TopicPartition] = []
+
+    async def letting_go(tp: TopicPartition) -> int:
+        at = await position(tp)
+        if not read:
+            gw.consumer.assigned = {tp}  # the subscription grew: the other one is let go
+        read.append(tp)
+        return at
+
+    gw.consumer.position = letting_go
+    await gw._lag()  # raised AssertionError before
+    text = generate_latest(gw.metrics.registry).decode()
+    lag = select(parse(text), "agui_gateway_consumer_lag")
+    assert read == [read[0]]  # the other partition was skipped, not read
+    assert sum(lag.values()) == gw.consumer.highwaters[read[0]]
