@@ -54,15 +54,16 @@ MAX_OUTAGE_LINES = 60
 class Broker:
     """A broker of these tests alone, killed (SIGKILL, as when its JVM dies) and restarted."""
 
-    def __init__(self, state: Path) -> None:
-        self.port = kafka_port() + 300
+    def __init__(self, state: Path, offset: int = 300, heap: str = HEAP) -> None:
+        """On the session broker's port + `offset` (its controller + `offset` + 100)."""
+        self.port = kafka_port() + offset
         self.state = state
         self.env = {
             **os.environ,
             "KAFKA_PORT": str(self.port),
-            "KAFKA_CONTROLLER_PORT": str(kafka_port() + 400),
+            "KAFKA_CONTROLLER_PORT": str(kafka_port() + offset + 100),
             "KAFKA_STATE_DIR": str(state),
-            "KAFKA_HEAP_OPTS": HEAP,
+            "KAFKA_HEAP_OPTS": heap,
         }
         self.bootstrap = f"127.0.0.1:{self.port}"
 

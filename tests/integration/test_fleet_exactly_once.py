@@ -45,7 +45,6 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
-from tests.integration.conftest import kafka_port
 from tests.integration.support import GatewayProcess, Namespace, Tail, header
 from tests.integration.test_broker_gone import Broker
 from tests.integration.test_gateway_durability import request_for, thread_events, wait_metric
@@ -62,23 +61,10 @@ DECIDED_TIMEOUT_S = 180.0
 READY_TIMEOUT_S = 120.0
 
 
-class FleetBroker(Broker):
-    """test_broker_gone's own broker, on ports of this module (both may run in a session)."""
-
-    def __init__(self, state: Path) -> None:
-        super().__init__(state)
-        self.port = kafka_port() + 500
-        self.env.update(
-            KAFKA_PORT=str(self.port),
-            KAFKA_CONTROLLER_PORT=str(kafka_port() + 600),
-            KAFKA_HEAP_OPTS=HEAP,
-        )
-        self.bootstrap = f"127.0.0.1:{self.port}"
-
-
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetBroker]:
-    own = FleetBroker(tmp_path_factory.mktemp("fleet-broker"))
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    # test_broker_gone's broker, on ports of this module's own (both may run in a session)
+    own = Broker(tmp_path_factory.mktemp("fleet-broker"), offset=500, heap=HEAP)
     own.start()
     try:
         yield own
@@ -250,7 +236,7 @@ async def handed_over(incumbent: GatewayProcess, joiner: GatewayProcess) -> None
 
 
 async def test_every_request_of_200_agents_is_decided_once_through_every_disruption(
-    broker: FleetBroker, tmp_path: Path
+    broker: Broker, tmp_path: Path
 ) -> None:
     started = time.monotonic()
     marks: dict[str, float] = {}
