@@ -38,6 +38,28 @@ def validator() -> SchemaValidator:
     return SchemaValidator(schema())  # type: ignore[arg-type]
 
 
+@cache
+def lenient() -> SchemaValidator:
+    """The same schema with extra members ignored (left out of the result, no error) and
+    no defaults filled in: what it returns equals the input exactly when no typed dict
+    of the input holds an extra member, and its errors are the strict validator's
+    less the extra members (and less what a union's failing alternatives add for them)."""
+    return SchemaValidator(_ignoring_extras(schema()))  # type: ignore[arg-type]
+
+
+def _ignoring_extras(node: Any) -> Any:
+    if isinstance(node, list | tuple):
+        return type(node)(_ignoring_extras(item) for item in node)
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "default":  # an optional field left out stays out of the result
+        return _ignoring_extras(node["schema"])
+    out = {key: value if key in _VALUES else _ignoring_extras(value) for key, value in node.items()}
+    if out.get("type") == "typed-dict":
+        out["extra_behavior"] = "ignore"
+    return out
+
+
 _DROPPED = frozenset({"serialization", "metadata", "ref"})  # output and documentation only
 _VALUES = frozenset({"default", "expected"})  # values, not schemas
 
@@ -91,28 +113,34 @@ def inner(node: dict[str, Any]) -> dict[str, Any]:
 # --- one pass along the schema -------------------------------------------------------------
 
 # (an input node, its path, the extra members found, the unrecognised union elements found:
-# their path and the tagged-union schema that does not define their tag)
-Walk = Callable[[Any, Path, list[Path], list[tuple[Path, dict[str, Any]]]], None]
+# their path and the tagged-union schema that does not define their tag) -> the node less
+# those (the node itself when it holds none, DROP for an unrecognised element)
+Walk = Callable[[Any, Path, list[Path], list[tuple[Path, dict[str, Any]]]], Any]
 _MISSING: Any = object()
+DROP: Any = object()  # what an element whose union tag is unrecognised becomes: removed
 
 
 @cache
 def walker() -> Walk:
-    """The walk over a whole input (a no-op where the schema holds no typed dict)."""
+    """The walk over a whole input (the input itself where the schema holds no typed
+    dict). It returns a copy of the input less what it lists, sharing every branch
+    that holds none of it (None for an input that is itself unrecognised)."""
     compiled = _compiled(schema())
     if compiled is None or compiled[1] != (dict,):
         return _nothing
     walk = compiled[0]
 
-    def walk_input(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-        if type(value) is dict:
-            walk(value, at, extras, tags)
+    def walk_input(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        if type(value) is not dict:
+            return value
+        out = walk(value, at, extras, tags)
+        return None if out is DROP else out
 
     return walk_input
 
 
-def _nothing(node: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-    return None
+def _nothing(node: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+    return node
 
 
 def _compile(node: dict[str, Any]) -> Walk | None:
@@ -148,23 +176,45 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
         if (compiled := _compiled(spec["schema"])) is not None
     ]
 
-    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        out = None
         for name, field, types in deep:  # the validator reports fields first, in schema order
             item = value.get(name)
             if type(item) in types:
-                field(item, (*at, name), extras, tags)
+                new = field(item, (*at, name), extras, tags)
+                if new is not item:
+                    if out is None:
+                        out = dict(value)
+                    if new is DROP:
+                        del out[name]
+                    else:
+                        out[name] = new
         if not value.keys() <= names:  # then the extra members, in the input's order
             # (*at, key) for each key not in names, built without a loop here
             extras.extend(map(at.__add__, zip(filterfalse(names.__contains__, value))))
+            out = {
+                key: item for key, item in (value if out is None else out).items() if key in names
+            }
+        return value if out is None else out
 
     return walk
 
 
 def _list(item: Walk, types: tuple[type, ...]) -> Walk:
-    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        out = None
         for index, element in enumerate(value):
             if type(element) in types:
-                item(element, (*at, index), extras, tags)
+                new = item(element, (*at, index), extras, tags)
+                if new is not element:
+                    if out is None:
+                        out = value[:index]
+                    if new is not DROP:
+                        out.append(new)
+                    continue
+            if out is not None:
+                out.append(element)
+        return value if out is None else out
 
     return walk
 
@@ -173,31 +223,34 @@ def _tagged_union(node: dict[str, Any]) -> Walk:
     discriminator = node["discriminator"]
     choices = {tag: _compile(choice) for tag, choice in node["choices"].items()}
 
-    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
         tag = value.get(discriminator)
         if type(tag) is not str:
-            return  # malformed, not unrecognised: the validator's error for it is not listed
+            return value  # malformed, not unrecognised: the validator's error is not listed
         choice = choices.get(tag, _MISSING)
         if choice is _MISSING:
             tags.append((at, node))
-        elif choice is not None:
-            choice(value, at, extras, tags)
+            return DROP
+        if choice is None:
+            return value
+        return choice(value, at, extras, tags)
 
     return walk
 
 
 def _union(node: dict[str, Any]) -> tuple[Walk, tuple[type, ...]] | None:
-    by_type: dict[type, list[Walk]] = {}
+    by_type: dict[type, Walk] = {}
     for choice, _ in node["choices"]:
         compiled = _compiled(choice)
         if compiled is not None:
             for kind in compiled[1]:
-                by_type.setdefault(kind, []).append(compiled[0])
+                if kind in by_type:  # which one's copy would the input keep?
+                    raise NotImplementedError("a union of two alternatives walked alike")
+                by_type[kind] = compiled[0]
     if not by_type:
         return None
 
-    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-        for alternative in by_type[type(value)]:
-            alternative(value, at, extras, tags)
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        return by_type[type(value)](value, at, extras, tags)
 
     return walk, tuple(by_type)
