@@ -159,6 +159,8 @@ def _compiled(node: dict[str, Any]) -> tuple[Walk, tuple[type, ...]] | None:
         return _typed_dict(node), (dict,)
     if kind == "list":
         items = node.get("items_schema")
+        if items is not None and inner(items).get("type") == "tagged-union":
+            return _tagged_list(inner(items)), (list,)
         item = _compiled(items) if items is not None else None
         return None if item is None else (_list(*item), (list,))
     if kind == "tagged-union":
@@ -190,13 +192,19 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
                     else:
                         out[name] = new
         if not value.keys() <= names:  # then the extra members, in the input's order
-            # (*at, key) for each key not in names, built without a loop here
-            extras.extend(map(at.__add__, zip(filterfalse(names.__contains__, value))))
-            out = {
-                key: item for key, item in (value if out is None else out).items() if key in names
-            }
+            found = list(filterfalse(names.__contains__, value))
+            source = value if out is None else out
+            if len(found) == 1:  # the common case: one copy less one member
+                extras.append((*at, found[0]))
+                out = source.copy()
+                del out[found[0]]
+            else:
+                extras.extend(map(at.__add__, zip(found)))  # (*at, key) each, without a loop
+                out = {key: item for key, item in source.items() if key in names}
         return value if out is None else out
 
+    walk.names = names  # type: ignore[attr-defined]
+    walk.deep = deep  # type: ignore[attr-defined]
     return walk
 
 
@@ -213,6 +221,51 @@ def _list(item: Walk, types: tuple[type, ...]) -> Walk:
                         out.append(new)
                     continue
             if out is not None:
+                out.append(element)
+        return value if out is None else out
+
+    return walk
+
+
+def _tagged_list(node: dict[str, Any]) -> Walk:
+    """`_list` of `_tagged_union`, with an element of a variant that has nothing to
+    find (no extra member, no field to walk into) passed over without a call."""
+    discriminator = node["discriminator"]
+    choices = {tag: _compile(choice) for tag, choice in node["choices"].items()}
+    # per variant that is a typed dict with at most one field to walk into: its member
+    # names, and that field's name and walked types
+    plain: dict[str, tuple[frozenset[str], str | None, tuple[type, ...]]] = {}
+    for tag, choice in choices.items():
+        deep = getattr(choice, "deep", None)
+        if deep is not None and len(deep) <= 1:
+            name, _, types = deep[0] if deep else (None, None, ())
+            plain[tag] = (choice.names, name, types)  # type: ignore[union-attr]
+
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        out = None
+        for index, element in enumerate(value):
+            new = element
+            if type(element) is dict:
+                tag = element.get(discriminator)
+                if type(tag) is str:  # else malformed, not unrecognised: not listed
+                    choice = choices.get(tag, _MISSING)
+                    if choice is _MISSING:
+                        tags.append(((*at, index), node))
+                        new = DROP
+                    elif choice is not None:
+                        quick = plain.get(tag)
+                        if (
+                            quick is None
+                            or not element.keys() <= quick[0]
+                            or (quick[1] is not None and type(element.get(quick[1])) in quick[2])
+                        ):
+                            new = choice(element, (*at, index), extras, tags)
+            if new is not element:
+                if out is None:
+                    out = value[:index]
+                if new is not DROP:
+                    out.append(new)
+            elif out is not None:
                 out.append(element)
         return value if out is None else out
 
