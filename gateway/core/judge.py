@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import replace
-from itertools import repeat
+from itertools import compress, repeat
+from operator import not_
 from typing import Any
 
 from gateway.core import expiry, response_schema
@@ -172,6 +173,7 @@ def judge(
 
     answers: list[Answer] = []
     entries_stripped: list[Path] = []  # resume entries naming no open interrupt
+    kept: list[bool] = []  # per resume entry, whether it is kept (stripping it if not)
     known = state is not None and state.status is not RunStatus.UNKNOWN
     if not known:
         if policy.strict:
@@ -195,7 +197,8 @@ def judge(
         else:
             open_ids = {i.id for i in state.interrupts}
             answers = _judge_open(state, entries, first, now_ms, found)
-            not_open = [index for index, i in enumerate(ids) if i not in open_ids]
+            kept = list(map(open_ids.__contains__, ids))  # per entry: names an open interrupt
+            not_open = list(compress(range(len(ids)), map(not_, kept)))
             if not policy.strict:
                 entries_stripped = list(zip(repeat("resume"), not_open))
             code = Reason.UNRECOGNISED_ENTRY if policy.strict else Warn.UNRECOGNISED_ENTRY
@@ -227,7 +230,10 @@ def judge(
     removed = (*shape.removed, *shape.unknown, *entries_stripped)  # paths in the input received
     if shape.stripped is not None:  # the input less its unknown and unrecognised members:
         # its resume list is the input's (a resume entry is never an unrecognised element)
-        forward = remove_paths(shape.stripped, entries_stripped)
+        forward = shape.stripped
+        if entries_stripped:
+            forward = dict(forward)
+            forward["resume"] = list(compress(forward["resume"], kept))
     else:
         forward = remove_paths(raw, list(removed))
     decision = Decision(
