@@ -254,12 +254,19 @@ def _tagged_list(node: dict[str, Any]) -> Walk:
                         new = DROP
                     elif choice is not None:
                         quick = plain.get(tag)
-                        if (
-                            quick is None
-                            or not element.keys() <= quick[0]
-                            or (quick[1] is not None and type(element.get(quick[1])) in quick[2])
+                        if quick is None or (
+                            quick[1] is not None and type(element.get(quick[1])) in quick[2]
                         ):
                             new = choice(element, (*at, index), extras, tags)
+                        elif not element.keys() <= quick[0]:  # extra members only: as
+                            # `_typed_dict` does, without the call (a flood is common)
+                            found = list(filterfalse(quick[0].__contains__, element))
+                            if len(found) == 1:
+                                extras.append((*at, index, found[0]))
+                                new = element.copy()
+                                del new[found[0]]
+                            else:
+                                new = choice(element, (*at, index), extras, tags)
             if new is not element:
                 if out is None:
                     out = value[:index]
