@@ -2,11 +2,12 @@
 
 `schema()` is RunAgentInput's own pydantic-core schema with every model read
 as a typed dict keyed by wire name that forbids extra members; `validator()`
-validates an input against it (no model object is built). `walker()` is the
-same schema compiled into one pass over an input that lists, in the order the
-validator reports them, its extra members and the elements whose union tag is
-a string the protocol does not define: for a flood of those, one pass costs
-less than building one validation error each.
+validates an input against it (no model object is built), `lenient()` the same
+schema ignoring extra members. `walker()` is the same schema compiled into one
+pass over an input that lists, in the order the validator reports them, its
+extra members and the elements whose union tag is a string the protocol does
+not define, and returns the input without them: for a flood of those, one pass
+costs less than building one validation error each.
 """
 
 from __future__ import annotations
