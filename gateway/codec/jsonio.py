@@ -76,11 +76,18 @@ def loads(data: bytes) -> Any:
         members = _members_of(value)
     else:
         if written == data:  # compact input written back whole: no member was dropped
+            if type(data) is bytes:  # immutable: the very object stays that document
+                _written_alike[:] = [data]
             return value
         members = _members(written, compact=True)
     if _members(data) != members:
         raise DuplicateKey
     return value
+
+
+# The last document `loads` found orjson writes back byte for byte (its own bytes object,
+# held: so an identical object is that very document): `numbers_as_written` of it is True.
+_written_alike: list[bytes] = []
 
 
 def _check_depth(data: bytes) -> None:
@@ -209,13 +216,17 @@ def numbers_as_written(data: bytes) -> bool:
     """Whether orjson writes the decoded `data` (valid JSON read by `loads`) with each of
     its number tokens exactly as `data` has it, and each string alike.
 
-    Strings are written alike whichever parser decoded them when they hold no
-    escape, so only a document without a backslash qualifies. Its number tokens
+    True at once for the document `loads` read last when orjson wrote it back byte
+    for byte (the common compact input): every token of it is written as received.
+    Otherwise, strings are written alike whichever parser decoded them when they hold
+    no escape, so only a document without a backslash qualifies. Its number tokens
     (what is left once its strings, literals and punctuation are gone) are read
     by orjson as one array and written back: they must come back byte for byte.
     False for `1E9`, `-0`, `1.50`, `1e-400`, integers beyond 64 bits: the caller
     then keeps the tokens the slow way.
     """
+    if _written_alike and data is _written_alike[0]:
+        return True  # `loads` read it and orjson wrote the value back as these very bytes
     if b"\\" in data:
         return False
     # without escapes every quote opens or closes a string: every other piece is outside

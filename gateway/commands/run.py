@@ -9,6 +9,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
+from gateway.commands import collector
 from gateway.commands.lifecycle import run_until_stopped, serving
 from gateway.http import HttpServer
 from gateway.kafka import clients
@@ -32,4 +33,5 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
 
 def main(settings: Settings) -> int:
     logs.configure(settings.log_level)
+    collector.configure()
     return run_until_stopped("run", settings, serve(settings))

@@ -2,11 +2,12 @@
 
 `schema()` is RunAgentInput's own pydantic-core schema with every model read
 as a typed dict keyed by wire name that forbids extra members; `validator()`
-validates an input against it (no model object is built). `walker()` is the
-same schema compiled into one pass over an input that lists, in the order the
-validator reports them, its extra members and the elements whose union tag is
-a string the protocol does not define: for a flood of those, one pass costs
-less than building one validation error each.
+validates an input against it (no model object is built), `lenient()` the same
+schema ignoring extra members. `walker()` is the same schema compiled into one
+pass over an input that lists, in the order the validator reports them, its
+extra members and the elements whose union tag is a string the protocol does
+not define, and returns the input without them: for a flood of those, one pass
+costs less than building one validation error each.
 """
 
 from __future__ import annotations
@@ -36,6 +37,28 @@ def schema() -> dict[str, Any]:
 @cache
 def validator() -> SchemaValidator:
     return SchemaValidator(schema())  # type: ignore[arg-type]
+
+
+@cache
+def lenient() -> SchemaValidator:
+    """The same schema with extra members ignored (left out of the result, no error) and
+    no defaults filled in: what it returns equals the input exactly when no typed dict
+    of the input holds an extra member, and its errors are the strict validator's
+    less the extra members (and less what a union's failing alternatives add for them)."""
+    return SchemaValidator(_ignoring_extras(schema()))  # type: ignore[arg-type]
+
+
+def _ignoring_extras(node: Any) -> Any:
+    if isinstance(node, list | tuple):
+        return type(node)(_ignoring_extras(item) for item in node)
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "default":  # an optional field left out stays out of the result
+        return _ignoring_extras(node["schema"])
+    out = {key: value if key in _VALUES else _ignoring_extras(value) for key, value in node.items()}
+    if out.get("type") == "typed-dict":
+        out["extra_behavior"] = "ignore"
+    return out
 
 
 _DROPPED = frozenset({"serialization", "metadata", "ref"})  # output and documentation only
@@ -91,28 +114,34 @@ def inner(node: dict[str, Any]) -> dict[str, Any]:
 # --- one pass along the schema -------------------------------------------------------------
 
 # (an input node, its path, the extra members found, the unrecognised union elements found:
-# their path and the tagged-union schema that does not define their tag)
-Walk = Callable[[Any, Path, list[Path], list[tuple[Path, dict[str, Any]]]], None]
+# their path and the tagged-union schema that does not define their tag) -> the node less
+# those (the node itself when it holds none, DROP for an unrecognised element)
+Walk = Callable[[Any, Path, list[Path], list[tuple[Path, dict[str, Any]]]], Any]
 _MISSING: Any = object()
+DROP: Any = object()  # what an element whose union tag is unrecognised becomes: removed
 
 
 @cache
 def walker() -> Walk:
-    """The walk over a whole input (a no-op where the schema holds no typed dict)."""
+    """The walk over a whole input (the input itself where the schema holds no typed
+    dict). It returns a copy of the input less what it lists, sharing every branch
+    that holds none of it (None for an input that is itself unrecognised)."""
     compiled = _compiled(schema())
     if compiled is None or compiled[1] != (dict,):
         return _nothing
     walk = compiled[0]
 
-    def walk_input(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-        if type(value) is dict:
-            walk(value, at, extras, tags)
+    def walk_input(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        if type(value) is not dict:
+            return value
+        out = walk(value, at, extras, tags)
+        return None if out is DROP else out
 
     return walk_input
 
 
-def _nothing(node: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-    return None
+def _nothing(node: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+    return node
 
 
 def _compile(node: dict[str, Any]) -> Walk | None:
@@ -131,6 +160,8 @@ def _compiled(node: dict[str, Any]) -> tuple[Walk, tuple[type, ...]] | None:
         return _typed_dict(node), (dict,)
     if kind == "list":
         items = node.get("items_schema")
+        if items is not None and inner(items).get("type") == "tagged-union":
+            return _tagged_list(inner(items)), (list,)
         item = _compiled(items) if items is not None else None
         return None if item is None else (_list(*item), (list,))
     if kind == "tagged-union":
@@ -148,23 +179,103 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
         if (compiled := _compiled(spec["schema"])) is not None
     ]
 
-    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        out = None
         for name, field, types in deep:  # the validator reports fields first, in schema order
             item = value.get(name)
             if type(item) in types:
-                field(item, (*at, name), extras, tags)
+                new = field(item, (*at, name), extras, tags)
+                if new is not item:
+                    if out is None:
+                        out = dict(value)
+                    if new is DROP:
+                        del out[name]
+                    else:
+                        out[name] = new
         if not value.keys() <= names:  # then the extra members, in the input's order
-            # (*at, key) for each key not in names, built without a loop here
-            extras.extend(map(at.__add__, zip(filterfalse(names.__contains__, value))))
+            found = list(filterfalse(names.__contains__, value))
+            source = value if out is None else out
+            if len(found) == 1:  # the common case: one copy less one member
+                extras.append((*at, found[0]))
+                out = source.copy()
+                del out[found[0]]
+            else:
+                extras.extend(map(at.__add__, zip(found)))  # (*at, key) each, without a loop
+                out = {key: item for key, item in source.items() if key in names}
+        return value if out is None else out
 
+    walk.names = names  # type: ignore[attr-defined]
+    walk.deep = deep  # type: ignore[attr-defined]
     return walk
 
 
 def _list(item: Walk, types: tuple[type, ...]) -> Walk:
-    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        out = None
         for index, element in enumerate(value):
             if type(element) in types:
-                item(element, (*at, index), extras, tags)
+                new = item(element, (*at, index), extras, tags)
+                if new is not element:
+                    if out is None:
+                        out = value[:index]
+                    if new is not DROP:
+                        out.append(new)
+                    continue
+            if out is not None:
+                out.append(element)
+        return value if out is None else out
+
+    return walk
+
+
+def _tagged_list(node: dict[str, Any]) -> Walk:
+    """`_list` of `_tagged_union`, with an element of a variant that has nothing to
+    find (no extra member, no field to walk into) passed over without a call."""
+    discriminator = node["discriminator"]
+    choices = {tag: _compile(choice) for tag, choice in node["choices"].items()}
+    # per variant that is a typed dict with at most one field to walk into: its member
+    # names, and that field's name and walked types
+    plain: dict[str, tuple[frozenset[str], str | None, tuple[type, ...]]] = {}
+    for tag, choice in choices.items():
+        deep = getattr(choice, "deep", None)
+        if deep is not None and len(deep) <= 1:
+            name, _, types = deep[0] if deep else (None, None, ())
+            plain[tag] = (choice.names, name, types)  # type: ignore[union-attr]
+
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        out = None
+        for index, element in enumerate(value):
+            new = element
+            if type(element) is dict:
+                tag = element.get(discriminator)
+                if type(tag) is str:  # else malformed, not unrecognised: not listed
+                    choice = choices.get(tag, _MISSING)
+                    if choice is _MISSING:
+                        tags.append(((*at, index), node))
+                        new = DROP
+                    elif choice is not None:
+                        quick = plain.get(tag)
+                        if quick is None or (
+                            quick[1] is not None and type(element.get(quick[1])) in quick[2]
+                        ):
+                            new = choice(element, (*at, index), extras, tags)
+                        elif not element.keys() <= quick[0]:  # extra members only: as
+                            # `_typed_dict` does, without the call (a flood is common)
+                            found = list(filterfalse(quick[0].__contains__, element))
+                            if len(found) == 1:
+                                extras.append((*at, index, found[0]))
+                                new = element.copy()
+                                del new[found[0]]
+                            else:
+                                new = choice(element, (*at, index), extras, tags)
+            if new is not element:
+                if out is None:
+                    out = value[:index]
+                if new is not DROP:
+                    out.append(new)
+            elif out is not None:
+                out.append(element)
+        return value if out is None else out
 
     return walk
 
@@ -173,31 +284,34 @@ def _tagged_union(node: dict[str, Any]) -> Walk:
     discriminator = node["discriminator"]
     choices = {tag: _compile(choice) for tag, choice in node["choices"].items()}
 
-    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
         tag = value.get(discriminator)
         if type(tag) is not str:
-            return  # malformed, not unrecognised: the validator's error for it is not listed
+            return value  # malformed, not unrecognised: the validator's error is not listed
         choice = choices.get(tag, _MISSING)
         if choice is _MISSING:
             tags.append((at, node))
-        elif choice is not None:
-            choice(value, at, extras, tags)
+            return DROP
+        if choice is None:
+            return value
+        return choice(value, at, extras, tags)
 
     return walk
 
 
 def _union(node: dict[str, Any]) -> tuple[Walk, tuple[type, ...]] | None:
-    by_type: dict[type, list[Walk]] = {}
+    by_type: dict[type, Walk] = {}
     for choice, _ in node["choices"]:
         compiled = _compiled(choice)
         if compiled is not None:
             for kind in compiled[1]:
-                by_type.setdefault(kind, []).append(compiled[0])
+                if kind in by_type:  # which one's copy would the input keep?
+                    raise NotImplementedError("a union of two alternatives walked alike")
+                by_type[kind] = compiled[0]
     if not by_type:
         return None
 
-    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> None:
-        for alternative in by_type[type(value)]:
-            alternative(value, at, extras, tags)
+    def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
+        return by_type[type(value)](value, at, extras, tags)
 
     return walk, tuple(by_type)

@@ -10,7 +10,10 @@ thread on.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import replace
+from itertools import compress, repeat
+from operator import not_
 from typing import Any
 
 from gateway.core import expiry, response_schema
@@ -55,6 +58,18 @@ class _Findings:
         key = (str(code), rejects)
         self._unlisted[key] = self._unlisted.get(key, 0) + 1
         return False
+
+    def take(self, code: Reason | Warn, rejects: bool, count: int) -> int:
+        """How many of `count` more findings of `code` are listed on their own: as
+        `listed` called `count` times (the first ones listed, the rest counted)."""
+        seen = self._listed.get(str(code), 0)
+        listed = max(0, min(count, MAX_LISTED_PER_CODE - seen))
+        if listed:
+            self._listed[str(code)] = seen + listed
+        if count > listed:
+            key = (str(code), rejects)
+            self._unlisted[key] = self._unlisted.get(key, 0) + count - listed
+        return listed
 
     def summarise(self) -> None:
         """One finding per code that had more than MAX_LISTED_PER_CODE, counting the rest."""
@@ -130,7 +145,6 @@ def judge(
             f"unrecognised union member stripped at {clip(where)}: {clip(message)}",
             path=where,
         )
-    strip: list[Path] = list(shape.unknown)
     for path in shape.unknown[: max(0, MAX_STRIP_WARNINGS - len(shape.stripped_unions))]:
         where = pointer(*path)
         found.warn(
@@ -143,12 +157,12 @@ def judge(
             f"{unlisted:,} more unknown or unrecognised members stripped (not listed one by one)",
         )
 
-    entries: list[Entry] = list(model.resume or ())
-    by_id: dict[str, list[int]] = {}
-    for index, entry in enumerate(entries):
-        by_id.setdefault(entry.interrupt_id, []).append(index)
-    for interrupt_id, indexes in by_id.items():
-        if len(indexes) > 1 and found.listed(Reason.DUPLICATE_ENTRY, rejects=True):
+    entries: tuple[Entry, ...] = model.resume or ()
+    ids = [entry[0] for entry in entries]  # each entry's interrupt_id
+    # each interrupt id's first entry (reversed: the first of each id is assigned last)
+    first = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))
+    for interrupt_id, indexes in _duplicates(ids, len(first)).items():
+        if found.listed(Reason.DUPLICATE_ENTRY, rejects=True):
             found.reject(
                 Reason.DUPLICATE_ENTRY,
                 f"{len(indexes)} resume entries name interrupt {preview(interrupt_id)} "
@@ -158,6 +172,8 @@ def judge(
             )
 
     answers: list[Answer] = []
+    entries_stripped: list[Path] = []  # resume entries naming no open interrupt
+    kept: list[bool] = []  # per resume entry, whether it is kept (stripping it if not)
     known = state is not None and state.status is not RunStatus.UNKNOWN
     if not known:
         if policy.strict:
@@ -180,15 +196,15 @@ def judge(
             )
         else:
             open_ids = {i.id for i in state.interrupts}
-            answers = _judge_open(state, entries, by_id, now_ms, found)
-            for index, entry in enumerate(entries):
-                if entry.interrupt_id in open_ids:
-                    continue
-                if not policy.strict:
-                    strip.append(("resume", index))
-                code = Reason.UNRECOGNISED_ENTRY if policy.strict else Warn.UNRECOGNISED_ENTRY
-                if not found.listed(code, rejects=policy.strict):
-                    continue
+            answers = _judge_open(state, entries, first, now_ms, found)
+            kept = list(map(open_ids.__contains__, ids))  # per entry: names an open interrupt
+            not_open = list(compress(range(len(ids)), map(not_, kept)))
+            if not policy.strict:
+                entries_stripped = list(zip(repeat("resume"), not_open))
+            code = Reason.UNRECOGNISED_ENTRY if policy.strict else Warn.UNRECOGNISED_ENTRY
+            # the first ones (up to MAX_LISTED_PER_CODE) each a finding, the rest counted
+            for index in not_open[: found.take(code, policy.strict, len(not_open))]:
+                entry = entries[index]
                 detail = (
                     f"resume entry names interrupt {preview(entry.interrupt_id)}, which is not "
                     f"open on thread {preview(thread_id)}" + _not_open_because(state)
@@ -211,11 +227,19 @@ def judge(
     found.summarise()
     if found.reasons:
         return _reject(found, thread_id, run_id), state
-    removed = (*shape.removed, *strip)  # every path in the input as received
+    removed = (*shape.removed, *shape.unknown, *entries_stripped)  # paths in the input received
+    if shape.stripped is not None:  # the input less its unknown and unrecognised members:
+        # its resume list is the input's (a resume entry is never an unrecognised element)
+        forward = shape.stripped
+        if entries_stripped:
+            forward = dict(forward)
+            forward["resume"] = list(compress(forward["resume"], kept))
+    else:
+        forward = remove_paths(raw, list(removed))
     decision = Decision(
         Verdict.FORWARD,
         warnings=tuple(found.warnings),
-        input=remove_paths(raw, list(removed)),
+        input=forward,
         thread_id=thread_id,
         run_id=run_id,
         answers=tuple(answers),
@@ -224,18 +248,31 @@ def judge(
     return decision, _remember(state, thread_id, model.run_id, print_, answers, now_ms)
 
 
+def _duplicates(ids: list[str], distinct: int) -> dict[str, list[int]]:
+    """The entries (indexes) of each interrupt id named more than once, in the order the
+    ids first occur; `distinct` is how many different ids there are."""
+    if distinct == len(ids):
+        return {}
+    twice = {i for i, n in Counter(ids).items() if n > 1}
+    by_id: dict[str, list[int]] = {}
+    for index, interrupt_id in enumerate(ids):
+        if interrupt_id in twice:
+            by_id.setdefault(interrupt_id, []).append(index)
+    return by_id
+
+
 def _judge_open(
     state: ThreadState,
-    entries: list[Entry],
-    by_id: dict[str, list[int]],
+    entries: tuple[Entry, ...],
+    first: dict[str, int],
     now_ms: int,
     found: _Findings,
 ) -> list[Answer]:
     answered_before = answered_ids(state)
     answers: list[Answer] = []
     for interrupt in state.interrupts:
-        indexes = by_id.get(interrupt.id)
-        if not indexes:
+        index = first.get(interrupt.id)
+        if index is None:
             found.reject(
                 Reason.UNCOVERED_INTERRUPT,
                 f"interrupt {preview(interrupt.id)} ({preview(interrupt.reason)}"
@@ -244,7 +281,6 @@ def _judge_open(
                 interrupt_id=interrupt.id,
             )
             continue
-        index = indexes[0]
         entry = entries[index]
         if interrupt.id in answered_before:
             found.reject(

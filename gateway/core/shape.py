@@ -10,13 +10,23 @@ are typed `Any`/dict by the protocol's models and so are never walked into.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
+from operator import itemgetter, methodcaller
 from typing import Any, NamedTuple
 
 import orjson
 from pydantic import ValidationError
 
 from gateway.core.findings import pointer, preview
-from gateway.core.input_schema import ALTERNATIVE, ANY, Path, inner, validator, walker
+from gateway.core.input_schema import (
+    ALTERNATIVE,
+    ANY,
+    Path,
+    inner,
+    lenient,
+    validator,
+    walker,
+)
 from gateway.core.input_schema import schema as typed_schema
 from gateway.core.strip import error_pointer, remove_paths, unknown_members
 
@@ -40,7 +50,18 @@ class Entry(NamedTuple):
     payload: Any = None
 
 
-_entry = Entry._make  # builds the tuple directly: thousands of entries cost little
+_entry = partial(tuple.__new__, Entry)  # builds the tuple directly: thousands cost little
+_ids, _statuses, _payloads = (
+    itemgetter("interruptId"),
+    itemgetter("status"),
+    methodcaller("get", "payload"),
+)
+
+
+def _entries(resume: list[dict[str, Any]]) -> tuple[Entry, ...]:
+    """The entries of a valid resume list, each built without a Python loop or call."""
+    fields = zip(map(_ids, resume), map(_statuses, resume), map(_payloads, resume), strict=True)
+    return tuple(map(_entry, fields))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +82,8 @@ class Shape:
     stripped_unions: list[tuple[Path, str]] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)  # the union members removed
     raw: Any = None  # the input as received
+    # the valid input less `unknown` and `removed`, when the reading built it (else None)
+    stripped: Any = None
 
     @property
     def doc(self) -> dict[str, Any] | None:
@@ -73,11 +96,16 @@ class Shape:
 def read_input(raw: dict[str, Any]) -> Shape:
     """Validate `raw` against the protocol's RunAgentInput, strictly, by wire names.
 
-    One validation, with the protocol's own schema read as plain typed dicts
-    that forbid extra members (`input_schema.validator`): no model object is
-    built, and a valid input costs nothing more. Its errors are then sorted: an extra member is
-    unknown (stripped), an element whose union tag is a string the protocol does
-    not define is unrecognised (stripped), anything else is malformed.
+    The protocol's own schema is read as plain typed dicts (no model object is
+    built). An extra member is unknown (stripped), an element whose union tag is a
+    string the protocol does not define is unrecognised (stripped), any other error
+    is malformed. One validation ignoring extra members (`input_schema.lenient`)
+    comes first: when its result equals the input there is none, and a valid input
+    costs nothing more; else one walk along the schema (`input_schema.walker`) lists
+    the extra members and the unrecognised elements when they are all there is, and
+    builds the input without them. Anything else is read error by error from the
+    validator that forbids extra members (`read_by_errors`), as a property test holds
+    every reading to.
     """
     shape = Shape(raw=raw)
     if not _shallow(raw):
@@ -86,13 +114,37 @@ def read_input(raw: dict[str, Any]) -> Shape:
             shape.malformed = bad_tags
             return shape
     try:
-        validator().validate_python(raw, strict=True)
+        checked = lenient().validate_python(raw, strict=True)
     except ValidationError as exc:
         count = exc.error_count()
-        if count > MANY_ERRORS:  # a flood: all extra members or unrecognised tags? One pass says
+        if count > MANY_ERRORS:  # a flood: all unrecognised tags? One pass says
             flood = _flood(shape, raw, count)
             if flood is not None:
                 return flood
+        return _by_errors(shape, raw)
+    if checked == raw:  # no typed dict of the input holds an extra member
+        shape.stripped = raw
+        return _valid(shape, raw, [])
+    flood = _flood(shape, raw, 0)  # valid but for extra members: one pass lists them
+    return flood if flood is not None else _by_errors(shape, raw)
+
+
+def read_by_errors(raw: dict[str, Any]) -> Shape:
+    """`read_input` by the strict validator's errors alone, each read in turn: what
+    `read_input` falls back to, and the reading its faster paths must equal."""
+    shape = Shape(raw=raw)
+    if not _shallow(raw):
+        bad_tags = _non_text_tags(raw)
+        if bad_tags:
+            shape.malformed = bad_tags
+            return shape
+    return _by_errors(shape, raw)
+
+
+def _by_errors(shape: Shape, raw: dict[str, Any]) -> Shape:
+    try:
+        validator().validate_python(raw, strict=True)
+    except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False, include_context=False)
     else:
         errors = []
@@ -139,9 +191,7 @@ def _valid(shape: Shape, raw: dict[str, Any], unknown: list[Path]) -> Shape:
     resume = raw.get("resume")
     shape.model = Request(
         run_id=raw["runId"],
-        resume=None
-        if resume is None
-        else tuple([_entry((e["interruptId"], e["status"], e.get("payload"))) for e in resume]),
+        resume=None if resume is None else _entries(resume),
     )
     return shape
 
@@ -152,15 +202,16 @@ MANY_ERRORS = 256
 
 
 def _flood(shape: Shape, raw: dict[str, Any], count: int) -> Shape | None:
-    """The shape of an input whose `count` validation errors are all extra members and
-    unrecognised union elements, found by one walk (`input_schema.walker`) in the
-    order the validator reports them; None when the walk does not account for every
-    error (then each error is read)."""
+    """The shape of an input whose `count` errors (extra members ignored) are all
+    unrecognised union elements, found with its extra members by one walk
+    (`input_schema.walker`), in the order the strict validator reports them; None when
+    the walk does not account for every error (then each error is read)."""
     extras: list[Path] = []
     tags: list[tuple[Path, dict[str, Any]]] = []
-    walker()(raw, (), extras, tags)
-    if len(extras) + len(tags) != count:
+    stripped = walker()(raw, (), extras, tags)
+    if len(tags) != count:
         return None
+    shape.stripped = stripped
     said: dict[tuple[str, int], str] = {}
     for path, union in tags:
         tag = _at(raw, path)[union["discriminator"]]

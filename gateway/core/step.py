@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.core.classify import EventKind
 from gateway.core.codes import Rule, Warn
+from gateway.core.extras import without_extras
 from gateway.core.findings import Finding, pointer, preview
 from gateway.core.shape import Path, error_pointer, unknown_members
 from gateway.core.thread import MAX_ID_BYTES, ThreadState, bounded_id, utf8_len
@@ -65,8 +66,9 @@ class Step:
 def parse(step: Step, model: type[BaseModel], event: dict[str, Any]) -> BaseModel | None:
     """The event as the protocol's `model`, or None (flagged) when malformed; its unknown
     members are each flagged as stripped."""
+    found: dict[Path, list[str]] = {}  # its unknown members, taken out before validation
     try:
-        parsed = model.model_validate(event, strict=True)
+        parsed = model.model_validate(without_extras(model, event, found), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = error_pointer(event, first)
@@ -79,7 +81,7 @@ def parse(step: Step, model: type[BaseModel], event: dict[str, Any]) -> BaseMode
         )
         return None
     unknown: list[Path] = []
-    unknown_members(parsed, event, (), unknown)
+    unknown_members(parsed, event, (), unknown, found)
     for path in unknown[:MAX_UNKNOWN_WARNINGS]:
         where = pointer(*path)
         step.warn(

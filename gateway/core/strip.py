@@ -45,22 +45,31 @@ def _raw_path(doc: Any, loc: tuple[Any, ...]) -> Path:
     return tuple(path)
 
 
-def unknown_members(model: BaseModel, raw: Any, at: Path, out: list[Path]) -> None:
+def unknown_members(
+    model: BaseModel,
+    raw: Any,
+    at: Path,
+    out: list[Path],
+    taken: dict[Path, list[str]] | None = None,
+) -> None:
+    """The unknown members of `raw` (an event) as its parsed `model` kept them, or as
+    they were taken out before it was validated (`taken`, by the path of their object:
+    `extras.without_extras`), each object's in the order `raw` has them."""
     if not isinstance(raw, dict):
         return
-    extra = model.__pydantic_extra__
+    extra = model.__pydantic_extra__ or (taken.get(at) if taken else None)
     if extra:
         out.extend(map(at.__add__, zip(extra)))  # (*at, key) each, built without a loop here
     for name, key in _nested_fields(type(model)):
         value = getattr(model, name)
         if isinstance(value, BaseModel):
-            unknown_members(value, raw.get(key), (*at, key), out)
+            unknown_members(value, raw.get(key), (*at, key), out, taken)
         elif isinstance(value, list) and value:
             items = raw.get(key)
             if isinstance(items, list):
                 for index, (item, raw_item) in enumerate(zip(value, items, strict=False)):
                     if isinstance(item, BaseModel):
-                        unknown_members(item, raw_item, (*at, key, index), out)
+                        unknown_members(item, raw_item, (*at, key, index), out, taken)
 
 
 @cache

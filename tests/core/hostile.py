@@ -9,18 +9,22 @@ decoded from bytes, judged by the core, and a forward's bytes built.
     python -m tests.core.hostile
 
 prints each case's CPU time on this machine (best of five) next to the
-reference work the budget test measures it against (tests/core/test_bounds.py).
+reference work the budget test measures it against (tests/core/test_bounds.py),
+with the garbage collector set as the service sets it (`as_the_service`).
 """
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
 
 from gateway.codec.records import Undecodable, decode_json, forward_bytes, stream_type
+from gateway.commands import collector
 from gateway.core import Decision, EventOutcome, ThreadState, apply_event, judge, response_schema
 from gateway.core.jsontext import to_json
 
@@ -352,6 +356,19 @@ def reference_record() -> bytes:
     return to_json(_filled(lambda i: {"id": str(i), "role": "user", "content": "x"}, 1_000_000))
 
 
+@contextmanager
+def as_the_service() -> Iterator[None]:
+    """The garbage collector set as the service sets it (`gateway.commands.collector`):
+    what exists so far frozen, the service's thresholds; restored afterwards."""
+    before = gc.get_threshold()
+    collector.configure()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
 def cpu(work: Callable[[], object], runs: int = 5) -> float:
     """The least CPU time (s) of `runs` runs of `work`: one preempted run does not count."""
     best = float("inf")
@@ -381,9 +398,15 @@ def units(work: Callable[[], object], reference: bytes, runs: int = 5) -> tuple[
 
 
 def main() -> None:
+    with as_the_service():
+        table()
+
+
+def table() -> None:
     reference = reference_record()
     print("CPU per record, best of five, and in units of the reference work (orjson reading")
-    print("1 MB of small objects, measured in turn with each record)")
+    print("1 MB of small objects, measured in turn with each record); the garbage collector")
+    print(f"set as the service sets it: thresholds {collector.THRESHOLDS}, start-up frozen")
     print(f"{'ms':>7} {'units':>6} {'unit ms':>7} {'bytes':>9}  record")
     for name, (schema, build) in REQUESTS.items():
         data, state = build(), interrupted_with(schema)

@@ -33,6 +33,7 @@ from tests.core.hostile import (
     THREAD,
     active,
     apply,
+    as_the_service,
     chain,
     cpu,
     interrupted_with,
@@ -44,12 +45,10 @@ from tests.core.hostile import (
 
 BUDGET_UNITS = 3.5  # 50 ms / ~14 ms, the unit on the reference machine
 MACHINE_FACTOR = 2.5
-# Shapes still far over the goal (README, "Limits"): floods of members the gateway must
-# strip or list one by one, and the densest message histories. Their guard is a
-# regression bound, not the goal.
+# Shapes still over the goal (README, "Limits"): floods of members the gateway must
+# strip or list one by one, and integers beyond 64 bits that the standard library reads.
+# Their guard is a regression bound, not the goal.
 OVER_GOAL = {
-    "6,000 unknown roles + 6,000 extra members",
-    "1 MB of tool calls",
     "1 MB of resume entries",
     "1 MB of messages with an extra member",
     "1 MB of extra members at the top",
@@ -57,7 +56,10 @@ OVER_GOAL = {
     "RUN_FINISHED with 1 MB of extra members",
     "an interrupt with 1 MB of extra members",
 }
-GUARD_UNITS = 80.0  # ~1 s on the reference machine: the seconds-long blow-ups stay gone
+# ~0.5 s on the reference machine, five times the worst of them (7.5 units when last
+# measured, with the collector set as the service sets it): the seconds-long blow-ups of
+# the campaign stay gone
+GUARD_UNITS = 40.0
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +74,8 @@ def unit(reference: bytes) -> float:
 
 def within(name: str, work: Callable[[], object], reference: bytes) -> None:
     limit = GUARD_UNITS if name in OVER_GOAL else BUDGET_UNITS * MACHINE_FACTOR
-    spent, unit = units(work, reference)
+    with as_the_service():  # the collector as the service sets it
+        spent, unit = units(work, reference)
     assert spent <= limit, (
         f"{name}: {spent:.1f} units of reference work (one unit {unit * 1000:.1f} ms here), "
         f"over {limit}"
