@@ -18,13 +18,13 @@ import gc
 import logging
 import time
 import weakref
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import TopicAuthorizationFailedError
 
 from gateway.kafka import clients, groupoffsets, hanging
+from gateway.kafka.batched import Batched
 from gateway.kafka.checkpoint import Strategy
 from gateway.kafka.denials import Denials
 from gateway.kafka.groupoffsets import OffsetsUnstable
@@ -35,46 +35,28 @@ from gateway.observe.metrics import Metrics
 
 log = logging.getLogger("gateway.runner")
 
+OPEN_CONCURRENCY = 32  # producers started at once before the offsets are read
+
 
 class ChangelogChecks:
     """`ensure_topics` for changelog topics, the checks asked for together made as one.
 
-    Checks asked for before the pending batch starts join it: the agents of one
-    assignment, checked concurrently, cost one Metadata and one DescribeConfigs
-    request (and one CreateTopics for the missing ones), not two or three each.
+    The agents of one assignment, checked concurrently, cost one Metadata and one
+    DescribeConfigs request (and one CreateTopics for the missing ones), not two or
+    three each.
     """
 
     def __init__(self, admin: AIOKafkaAdminClient) -> None:
         self.admin = admin
-        self._wanted: dict[str, tuple[int, dict[str, str]]] = {}
-        self._batch: asyncio.Future[dict[str, TopicReport]] | None = None
+        self._batched: Batched[tuple[str, int], TopicReport] = Batched(self._look_up)
 
     async def ensure(self, topic: str, partitions: int) -> TopicReport:
-        if self._batch is None:
-            self._batch = asyncio.get_running_loop().create_future()
-            self._wanted = {}
-            asyncio.get_running_loop().call_soon(self._start)
-        self._wanted[topic] = (partitions, changelog_configs())
-        batch = self._batch
-        reports = await asyncio.shield(batch)
-        return reports[topic]
+        return await self._batched.get((topic, partitions))
 
-    def _start(self) -> None:
-        batch, wanted, self._batch = self._batch, self._wanted, None
-        assert batch is not None
-        task = asyncio.ensure_future(ensure_topics(self.admin, wanted))
-        task.add_done_callback(lambda done: _settle(batch, done))
-
-
-def _settle(batch: asyncio.Future[dict[str, TopicReport]], done: asyncio.Future[Any]) -> None:
-    if batch.cancelled():
-        return
-    if done.cancelled():
-        batch.cancel()
-    elif done.exception() is not None:
-        batch.set_exception(done.exception())  # type: ignore[arg-type]
-    else:
-        batch.set_result({r.topic: r for r in done.result()})
+    async def _look_up(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], TopicReport]:
+        wanted = {topic: (count, changelog_configs()) for topic, count in keys}
+        reports = {r.topic: r for r in await ensure_topics(self.admin, wanted)}
+        return {(topic, count): reports[topic] for topic, count in keys}
 
 
 class Preparer:
@@ -104,16 +86,27 @@ class Preparer:
         self._prefetched: dict[PairKey, tuple[object, dict[TopicPartition, int | None]]] = {}
 
     async def prefetch(self, slots: list[PairSlot]) -> int:
-        """Read the committed offsets of every pair whose producer is open, in one request.
+        """Open the pairs' producers, then read all their committed offsets in one request.
 
-        Only such pairs: their zombies were fenced when that producer started, so no
-        commit of theirs may land after this read. A pair just taken in opens its
-        producer first (`prepare_one`) and reads its offsets after. The read is stable
-        (`require_stable`): if any pending transaction holds one of these offsets, or
-        the read fails, nothing is prefetched and each pair reads its own (waiting, and
-        sweeping, as `committed_offsets` does). A pair whose answer lags what it
-        committed itself reads its own too. Returns how many pairs were prefetched.
+        Only pairs whose producer is open are read: their zombies were fenced when it
+        started, so no commit of theirs may land after this read. (A producer that
+        fails to start here is started again, and its failure handled, by
+        `prepare_one`.) The read is stable (`require_stable`): if any pending
+        transaction holds one of these offsets, or the read fails, nothing is
+        prefetched and each pair reads its own (waiting, and sweeping, as
+        `committed_offsets` does). A pair whose answer lags what it committed itself
+        reads its own too. Returns how many pairs were prefetched.
         """
+        opening = asyncio.Semaphore(OPEN_CONCURRENCY)
+
+        async def open_one(slot: PairSlot) -> None:
+            async with opening:
+                await self.checkpoint.open(slot.key)
+
+        await asyncio.gather(
+            *(open_one(s) for s in slots if not self.checkpoint.holds(s.key)),
+            return_exceptions=True,
+        )
         held = [s for s in slots if self.checkpoint.holds(s.key) and s.tps()]
         if len(held) < 2:
             return 0

@@ -3,21 +3,29 @@
 Each restore reads with a reader of its own, from the beginning to the end
 offset it found at the start, `read_committed`. A few restores run at once
 (bounded), so a rebalance that brings many pairs does not restore them one by one.
+A changelog partition with nothing committed in it needs no reader: given the
+gateway's consumer, the restores asked for together first look up their
+partitions' first and last offsets in one request each, and an empty one gives
+an empty store at once (a fleet's first start restores nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from gateway.codec import changelog
 from gateway.core import RunStatus
 from gateway.kafka import clients
+from gateway.kafka.batched import Batched
 from gateway.settings import Settings
 from gateway.state.store import ThreadStore
+
+log = logging.getLogger("gateway.runner")
 
 CONCURRENT_RESTORES = 4
 
@@ -30,13 +38,37 @@ class Restored:
 
 
 class Restorer:
-    def __init__(self, settings: Settings, concurrency: int = CONCURRENT_RESTORES) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        concurrency: int = CONCURRENT_RESTORES,
+        consumer: AIOKafkaConsumer | None = None,
+    ) -> None:
         self.settings = settings
         self._slots = asyncio.Semaphore(concurrency)
+        # the gateway's consumer (read_committed), for the partitions' bounds
+        self.consumer = consumer
+        self._sizes: Batched[TopicPartition, int] = Batched(self._committed_sizes)
 
     async def restore(self, topic: str, partition: int) -> Restored:
+        tp = TopicPartition(topic, partition)
+        if self.consumer is not None:
+            try:
+                empty = await self._sizes.get(tp) <= 0
+            except Exception as exc:  # read it: the reader finds its own bounds
+                log.info("changelog bounds not found", extra={"error": repr(exc)})
+                empty = False
+            if empty:
+                return Restored(ThreadStore(), set(), 0)
         async with self._slots:
-            return await self._read(TopicPartition(topic, partition))
+            return await self._read(tp)
+
+    async def _committed_sizes(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """How many offsets lie between each partition's first one and its last stable one."""
+        assert self.consumer is not None
+        starts = await self.consumer.beginning_offsets(tps)
+        ends = await self.consumer.end_offsets(tps)
+        return {tp: ends[tp] - starts[tp] for tp in tps}
 
     async def _read(self, tp: TopicPartition) -> Restored:
         reader = clients.consumer(

@@ -190,7 +190,7 @@ class Gateway:
             consumer,
             admin,
             self._checkpoint(consumer),
-            Restorer(self.settings),
+            Restorer(self.settings, consumer=consumer),
         )
         self.assignment = Assignment(
             preparer,

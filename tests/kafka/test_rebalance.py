@@ -1,9 +1,9 @@
 """A rebalance that hands the same pairs back: what it asks of Kafka, and what it keeps.
 
 With the fake Kafka clients of test_runner: the committed offsets of the pairs
-kept come from one request, read after their producers fenced any zombie; a
-pair just taken in reads its own after its producer started; commits on revoke
-run together; the agents' changelog checks are one look-up.
+come from one request, read once their producers started (fencing any
+zombie); commits on revoke run together; the agents' changelog checks are one
+look-up; an empty changelog partition is not read.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from aiokafka import TopicPartition
 
 from gateway.kafka import groupoffsets
 from gateway.kafka.prepare import Preparer
+from gateway.kafka.restore import Restored, Restorer
 from gateway.kafka.topics import TopicNames
 from gateway.settings import Settings
+from gateway.state.store import ThreadStore
 from tests.kafka.test_runner import (
     assign,
     decided_round,
@@ -61,7 +63,7 @@ async def test_the_pairs_handed_back_read_their_offsets_in_one_request_and_resto
     assert gw.consumer.paused == set()
 
 
-async def test_a_pair_taken_in_with_others_reads_its_offsets_after_its_producer_started(
+async def test_a_pair_taken_in_with_others_is_read_in_the_batch_after_its_producer_started(
     gw, monkeypatch
 ):
     kept = [*tps("alpha", 0), *tps("alpha", 1)]
@@ -70,12 +72,20 @@ async def test_a_pair_taken_in_with_others_reads_its_offsets_after_its_producer_
     fetches = recording_fetches(gw, monkeypatch)
     await gw.assignment.revoke(set(kept))
     await assign(gw, *kept, *new)
-    batch = [f for f in fetches if set(f[0]) >= set(kept)]
-    assert len(batch) == 1 and not set(new) & set(batch[0][0])  # not in the batch
-    own = [f for f in fetches if f[0] == sorted(new)]
+    assert [f[0] for f in fetches] == [sorted([*kept, *new])]  # one read for the three
     beta = next(p for p in gw.producers.made if p.transactional_id.endswith(".beta.0"))
-    assert own and own[0][1] >= gw.producers.made.index(beta) + 1  # read once it existed
-    assert gw.restored[-1] == ("beta", 0)
+    assert fetches[0][1] > gw.producers.made.index(beta)  # once beta's producer had started
+    assert beta.started
+    assert gw.restored[-1] == ("beta", 0)  # and only the pair taken in is restored
+    assert gw.restored.count(("alpha", 0)) == 1
+    assert all(s.ready for s in gw.assignment.slots.values())
+
+
+async def test_the_first_assignment_reads_every_pairs_offsets_in_one_request(gw, monkeypatch):
+    partitions = [*tps("alpha", 0), *tps("alpha", 1), *tps("beta", 0)]
+    fetches = recording_fetches(gw, monkeypatch)
+    await assign(gw, *partitions)
+    assert fetches == [(sorted(partitions), 3)]  # after the three producers started
     assert all(s.ready for s in gw.assignment.slots.values())
 
 
@@ -171,3 +181,37 @@ async def test_the_agents_of_an_assignment_share_one_changelog_look_up() -> None
     )
     await preparer.check_agent("alpha")  # a later check is a look-up of its own
     assert admin.described[-1] == ["agui.alpha.gateway-changelog"]
+
+
+class Bounds:
+    """A consumer's partition bounds, with the look-ups recorded."""
+
+    def __init__(self, starts: dict[TopicPartition, int], ends: dict[TopicPartition, int]):
+        self.starts, self.ends = starts, ends
+        self.asked: list[list[TopicPartition]] = []
+
+    async def beginning_offsets(self, tps):
+        self.asked.append(sorted(tps))
+        return {tp: self.starts[tp] for tp in tps}
+
+    async def end_offsets(self, tps):
+        return {tp: self.ends[tp] for tp in tps}
+
+
+async def test_restores_asked_together_read_only_the_changelogs_with_records(monkeypatch):
+    empty, compacted, full = (TopicPartition("agui.bot.gateway-changelog", p) for p in (0, 1, 2))
+    bounds = Bounds({empty: 0, compacted: 7, full: 0}, {empty: 0, compacted: 7, full: 3})
+    restorer = Restorer(Settings(), consumer=bounds)  # type: ignore[arg-type]
+    read: list[TopicPartition] = []
+
+    async def reader(tp):
+        read.append(tp)
+        return Restored(ThreadStore(), {"t1"}, 1)
+
+    monkeypatch.setattr(restorer, "_read", reader)
+    got = await asyncio.gather(
+        *(restorer.restore(tp.topic, tp.partition) for tp in (empty, compacted, full))
+    )
+    assert bounds.asked == [sorted([empty, compacted, full])]  # one look-up for the three
+    assert read == [full]
+    assert [len(r.active) for r in got] == [0, 0, 1]
