@@ -108,6 +108,16 @@ class Preparer:
             return_exceptions=True,
         )
         held = [s for s in slots if self.checkpoint.holds(s.key) and s.tps()]
+        # a pair never restored here will be: its changelog's bounds, all in one look-up
+        await self.restorer.look_ahead(
+            [
+                TopicPartition(s.pair.topics.changelog, s.pair.partition)
+                for s in held
+                if s not in self._loaded
+            ]
+            if len(held) > 1
+            else []
+        )
         if len(held) < 2:
             return 0
         tps = [tp for s in held for tp in s.tps()]
@@ -126,8 +136,10 @@ class Preparer:
         return count
 
     def forget_prefetched(self, slots: list[PairSlot]) -> None:
+        """After the pass: what was read ahead is not trusted later."""
         for slot in slots:
             self._prefetched.pop(slot.key, None)
+        self.restorer.forget_looked_ahead()
 
     async def prepare_one(self, slot: PairSlot) -> None:
         pair = slot.pair

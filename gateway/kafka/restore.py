@@ -49,12 +49,27 @@ class Restorer:
         # the gateway's consumer (read_committed), for the partitions' bounds
         self.consumer = consumer
         self._sizes: Batched[TopicPartition, int] = Batched(self._committed_sizes)
+        self._known: dict[TopicPartition, int] = {}  # sizes looked up ahead, used once
+
+    async def look_ahead(self, tps: list[TopicPartition]) -> None:
+        """Look up the bounds of partitions about to be restored, all in one request
+        (restores start a few at a time, so their own batches would be small)."""
+        if self.consumer is None or not tps:
+            return
+        try:
+            self._known.update(await self._committed_sizes(tps))
+        except Exception as exc:  # each restore looks its own up
+            log.info("changelog bounds not found", extra={"error": repr(exc)})
+
+    def forget_looked_ahead(self) -> None:
+        self._known.clear()
 
     async def restore(self, topic: str, partition: int) -> Restored:
         tp = TopicPartition(topic, partition)
         if self.consumer is not None:
             try:
-                empty = await self._sizes.get(tp) <= 0
+                known = self._known.pop(tp, None)
+                empty = (known if known is not None else await self._sizes.get(tp)) <= 0
             except Exception as exc:  # read it: the reader finds its own bounds
                 log.info("changelog bounds not found", extra={"error": repr(exc)})
                 empty = False
