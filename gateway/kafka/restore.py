@@ -4,9 +4,9 @@ Each restore reads with a reader of its own, from the beginning to the end
 offset it found at the start, `read_committed`. A few restores run at once
 (bounded), so a rebalance that brings many pairs does not restore them one by one.
 A changelog partition with nothing committed in it needs no reader: given the
-gateway's consumer, the restores asked for together first look up their
-partitions' first and last offsets in one request each, and an empty one gives
-an empty store at once (a fleet's first start restores nothing).
+gateway's end-offsets client, the restores asked for together first look up
+their partitions' first and last offsets in one request each, and an empty one
+gives an empty store at once (a fleet's first start restores nothing).
 """
 
 from __future__ import annotations
@@ -30,6 +30,19 @@ log = logging.getLogger("gateway.runner")
 CONCURRENT_RESTORES = 4
 
 
+async def _track(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
+    """Have a consumer without a subscription track `topics`, all in one metadata update.
+
+    aiokafka's offset look-ups learn an unknown topic per try (a metadata round trip
+    and a backoff each). Never for a subscribed consumer: tracking a topic there
+    would narrow the metadata its pattern subscription reads.
+    """
+    client = consumer._client
+    added = [client.add_topic(t) for t in topics if t not in client._topics]
+    if added:
+        await asyncio.gather(*added)
+
+
 @dataclass
 class Restored:
     store: ThreadStore
@@ -46,7 +59,8 @@ class Restorer:
     ) -> None:
         self.settings = settings
         self._slots = asyncio.Semaphore(concurrency)
-        # the gateway's consumer (read_committed), for the partitions' bounds
+        # a read_committed consumer with no subscription (the gateway's end-offsets
+        # client), for the partitions' bounds
         self.consumer = consumer
         self._sizes: Batched[TopicPartition, int] = Batched(self._committed_sizes)
         self._known: dict[TopicPartition, int] = {}  # sizes looked up ahead, used once
@@ -81,6 +95,7 @@ class Restorer:
     async def _committed_sizes(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """How many offsets lie between each partition's first one and its last stable one."""
         assert self.consumer is not None
+        await _track(self.consumer, {tp.topic for tp in tps})
         starts = await self.consumer.beginning_offsets(tps)
         ends = await self.consumer.end_offsets(tps)
         return {tp: ends[tp] - starts[tp] for tp in tps}

@@ -189,6 +189,13 @@ class Bounds:
     def __init__(self, starts: dict[TopicPartition, int], ends: dict[TopicPartition, int]):
         self.starts, self.ends = starts, ends
         self.asked: list[list[TopicPartition]] = []
+        self._client = SimpleNamespace(_topics=set(), add_topic=self._add_topic)
+
+    def _add_topic(self, topic: str) -> asyncio.Future[bool]:
+        self._client._topics.add(topic)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        done.set_result(True)
+        return done
 
     async def beginning_offsets(self, tps):
         self.asked.append(sorted(tps))
@@ -213,5 +220,6 @@ async def test_restores_asked_together_read_only_the_changelogs_with_records(mon
         *(restorer.restore(tp.topic, tp.partition) for tp in (empty, compacted, full))
     )
     assert bounds.asked == [sorted([empty, compacted, full])]  # one look-up for the three
+    assert bounds._client._topics == {"agui.bot.gateway-changelog"}  # tracked before it
     assert read == [full]
     assert [len(r.active) for r in got] == [0, 0, 1]
