@@ -260,8 +260,10 @@ class Assignment:
                     self.refused.pop(agent, None)
             todo = [s for s in todo if s.pair.agent not in refused and self.holds(s)]
             tried = [s for s in todo if s.pair.agent in checked]
-            # the committed offsets of every pair still fenced by its producer, in one request
+            checked_at = time.monotonic()
+            # the pairs' producers started, then all their committed offsets in one request
             kept = await self.preparer.prefetch(tried)
+            prefetched_at = time.monotonic()
             try:
                 ok = await asyncio.gather(*(self._prepare_guarded(s, delay) for s in tried))
             finally:
@@ -277,6 +279,9 @@ class Assignment:
                         "offsets_prefetched": kept,
                         "failed": len(failed),
                         "seconds": round(time.monotonic() - started, 3),
+                        "checks_s": round(checked_at - started, 3),
+                        "prefetch_s": round(prefetched_at - checked_at, 3),
+                        **self.preparer.timings,
                     },
                 )
             if not failed:

@@ -84,6 +84,7 @@ class Preparer:
         # committed offsets read for a pair in one batch, with the producer that fenced
         # them: used once, by the pair's next `prepare_one`, if that producer is its own
         self._prefetched: dict[PairKey, tuple[object, dict[TopicPartition, int | None]]] = {}
+        self.timings: dict[str, float] = {}  # the last prefetch's look-ups, for the log
 
     async def prefetch(self, slots: list[PairSlot]) -> int:
         """Open the pairs' producers, then read all their committed offsets in one request.
@@ -108,6 +109,8 @@ class Preparer:
             return_exceptions=True,
         )
         held = [s for s in slots if self.checkpoint.holds(s.key) and s.tps()]
+        opened = time.monotonic()
+        self.timings = {}
         # a pair never restored here will be: its changelog's bounds, all in one look-up
         await self.restorer.look_ahead(
             [
@@ -120,12 +123,17 @@ class Preparer:
         )
         if len(held) < 2:
             return 0
+        bounds = time.monotonic()
         tps = [tp for s in held for tp in s.tps()]
         try:
             found = await groupoffsets.fetch_committed_offsets(self.consumer, tps, timeout_s=0)
         except Exception as exc:  # each pair reads its own
             log.info("committed offsets not prefetched", extra={"reason": repr(exc)})
             return 0
+        self.timings = {
+            "bounds_s": round(bounds - opened, 3),
+            "offsets_s": round(time.monotonic() - bounds, 3),
+        }
         count = 0
         for slot in held:
             offsets = {tp: found.get(tp) for tp in slot.tps()}
