@@ -36,6 +36,7 @@ from gateway.observe.metrics import Metrics
 log = logging.getLogger("gateway.runner")
 
 OPEN_CONCURRENCY = 32  # producers started at once before the offsets are read
+OPEN_WAIT_S = 30.0  # then the offsets are read for the pairs whose producer started
 
 
 class ChangelogChecks:
@@ -104,10 +105,18 @@ class Preparer:
             async with opening:
                 await self.checkpoint.open(slot.key)
 
-        await asyncio.gather(
-            *(open_one(s) for s in slots if not self.checkpoint.holds(s.key)),
-            return_exceptions=True,
-        )
+        opens = [
+            asyncio.ensure_future(open_one(s)) for s in slots if not self.checkpoint.holds(s.key)
+        ]
+        try:
+            if opens:
+                # a start that hangs holds up no other pair: it is cancelled (its producer
+                # stopped) and the pair starts one again in its own `prepare_one`
+                await asyncio.wait(opens, timeout=OPEN_WAIT_S)
+        finally:
+            for task in opens:
+                task.cancel()
+            await asyncio.gather(*opens, return_exceptions=True)
         held = [s for s in slots if self.checkpoint.holds(s.key) and s.tps()]
         opened = time.monotonic()
         self.timings = {}

@@ -14,6 +14,8 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+import gateway.kafka.clients as clients
+import gateway.kafka.prepare as prepare_module
 from gateway.kafka import groupoffsets
 from gateway.kafka.prepare import Preparer
 from gateway.kafka.restore import Restored, Restorer
@@ -223,3 +225,33 @@ async def test_restores_asked_together_read_only_the_changelogs_with_records(mon
     assert bounds._client._topics == {"agui.bot.gateway-changelog"}  # tracked before it
     assert read == [full]
     assert [len(r.active) for r in got] == [0, 0, 1]
+
+
+async def test_a_producer_start_that_hangs_holds_up_no_other_pair(gw, monkeypatch):
+    monkeypatch.setattr(prepare_module, "OPEN_WAIT_S", 0.05)
+    stuck = asyncio.Event()  # never set: alpha's producers never finish starting
+    made = gw.producers
+
+    def factory(**kwargs):
+        producer = made(**kwargs)
+        if ".alpha." in kwargs["transactional_id"]:
+
+            async def start() -> None:
+                await stuck.wait()
+
+            producer.start = start
+        return producer
+
+    monkeypatch.setattr(clients, "AIOKafkaProducer", factory)
+    gw.consumer.assigned = {*tps("alpha", 0), *tps("beta", 0)}
+    await gw.assignment.assign({*tps("alpha", 0), *tps("beta", 0)})
+    beta = gw.assignment.slots[("beta", 0)]
+    for _ in range(200):
+        if beta.ready:
+            break
+        await asyncio.sleep(0.01)
+    assert beta.ready and not gw.assignment.slots[("alpha", 0)].ready
+    cancelled = [p for p in made.made if ".alpha." in p.transactional_id]
+    assert cancelled and cancelled[0].stopped  # the start given up was stopped
+    gw.assignment.cancel_prepares()
+    await gw.assignment.settled()
