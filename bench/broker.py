@@ -25,6 +25,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+CREATE_CHUNK = 500  # topics per CreateTopics request
+CREATE_IN_FLIGHT = 2  # CreateTopics requests at once
+PARTITION_CREATE_S = 0.1  # the wait allowed per partition created (the broker takes 10-40 ms)
 KAFKA_SH = REPO_ROOT / "deploy" / "kafka.sh"
 
 
@@ -104,17 +107,60 @@ class Admin:
         await self.client.close()
 
     async def create(self, topics: dict[str, tuple[int, dict[str, str]]]) -> None:
-        """Create topics (name -> (partitions, configs)) and wait until all are led."""
-        new = [NewTopic(n, p, 1, topic_configs=dict(c)) for n, (p, c) in topics.items()]
-        try:
-            response = await self.client.create_topics(new, timeout_ms=30000)
-        except TopicAlreadyExistsError:
-            response = None
-        if response is not None:
+        """Create topics (name -> (partitions, configs)) and wait until all are led.
+
+        Any number at once: CreateTopics requests of up to `CREATE_CHUNK` topics, a
+        few in flight, then one wait for all of them. The broker creates each
+        partition's log one after another (10-20 ms each here), so the wait allows
+        for that per partition rather than a fixed time.
+        """
+        names = list(topics)
+        chunks = [names[n : n + CREATE_CHUNK] for n in range(0, len(names), CREATE_CHUNK)]
+        in_flight = asyncio.Semaphore(CREATE_IN_FLIGHT)
+
+        async def create_chunk(chunk: list[str]) -> None:
+            new = [NewTopic(n, topics[n][0], 1, topic_configs=dict(topics[n][1])) for n in chunk]
+            async with in_flight:
+                try:
+                    response = await self.client.create_topics(new, timeout_ms=120_000)
+                except TopicAlreadyExistsError:
+                    return
             for error in response.topic_errors:
                 if error[1] not in (0, 36):  # 36: already exists
                     raise RuntimeError(f"creating topic {error[0]!r} failed: {error}")
-        deadline = time.monotonic() + 30
+
+        await asyncio.gather(*(create_chunk(c) for c in chunks))
+        partitions = sum(count for count, _ in topics.values())
+        deadline = time.monotonic() + 30 + PARTITION_CREATE_S * partitions
+        await self._wait_led(topics, deadline)
+        # The controller names a leader before the broker has created the log; a
+        # produce in between fails with NotEnoughReplicas and is retried after a
+        # backoff. Wait until the broker answers ListOffsets for every partition.
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, request_timeout_ms=120_000)
+        await consumer.start()
+        try:
+            # Every topic known to the client first: aiokafka's end_offsets would
+            # otherwise learn an unknown topic per try, one metadata round trip and a
+            # backoff each (20 s for 200 new topics).
+            await consumer._client.set_topics(names)
+            tps = [TopicPartition(n, p) for n, (count, _) in topics.items() for p in range(count)]
+            await asyncio.wait_for(
+                consumer.end_offsets(tps), timeout=max(1.0, deadline - time.monotonic())
+            )
+        finally:
+            await consumer.stop()
+        while True:
+            described = await self.client.describe_topics(names)
+            in_sync = {t["topic"] for t in described if all(p.get("isr") for p in t["partitions"])}
+            if in_sync == set(names):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topics not in sync: {sorted(set(names) - in_sync)[:10]}")
+            await asyncio.sleep(0.2)
+
+    async def _wait_led(
+        self, topics: dict[str, tuple[int, dict[str, str]]], deadline: float
+    ) -> None:
         names = list(topics)
         while True:
             described = await self.client.describe_topics(names)
@@ -126,28 +172,10 @@ class Admin:
                 and all(p["leader"] >= 0 for p in t["partitions"])
             }
             if ready == set(names):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"topics not ready: {sorted(set(names) - ready)}")
-            await asyncio.sleep(0.1)
-        # The controller names a leader before the broker has created the log; a
-        # produce in between fails with NotEnoughReplicas and is retried after a
-        # backoff. Wait until the broker answers ListOffsets for every partition.
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(n, p) for n, (count, _) in topics.items() for p in range(count)]
-            await asyncio.wait_for(consumer.end_offsets(tps), timeout=30)
-        finally:
-            await consumer.stop()
-        while True:
-            described = await self.client.describe_topics(names)
-            in_sync = {t["topic"] for t in described if all(p.get("isr") for p in t["partitions"])}
-            if in_sync == set(names):
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"topics not ready: {sorted(set(names) - ready)}")
-            await asyncio.sleep(0.1)
+                raise TimeoutError(f"topics not ready: {sorted(set(names) - ready)[:10]}")
+            await asyncio.sleep(0.2)
 
     async def delete_namespace(self, prefix: str) -> None:
         """Delete every topic whose name starts with `prefix` (the run's own topics)."""

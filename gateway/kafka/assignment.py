@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -126,26 +127,51 @@ class Assignment:
                 self.discard(slot)
             self.changed()
             return
+        started = time.monotonic()
         try:
             self.cancel_prepares()
-            for slot in self._revoked(revoked):
-                if slot.ready and slot.pair.has_pending():
-                    try:
-                        await asyncio.wait_for(
-                            self.committer.commit([slot]), timeout=self.revoke_timeout_s
-                        )
-                    except TimeoutError:
-                        log.error(
-                            "commit on revoke timed out; dropping the pair",
-                            extra={"agent": slot.pair.agent, "partition": slot.pair.partition},
-                        )
-                        self.discard(slot)
-                        continue
+            slots = self._revoked(revoked)
+            committed = await self._commit_revoked(slots)
+            for slot in slots:
+                if slot.discarded:
+                    continue
                 slot.pair.aborted()  # drop buffers: positions restart at the committed offsets
                 slot.ready = False
             self.changed()
+            log.info(
+                "pairs revoked",
+                extra={
+                    "pairs": len(slots),
+                    "committed": committed,
+                    "seconds": round(time.monotonic() - started, 3),
+                },
+            )
         finally:
             self.lock.release()
+
+    async def _commit_revoked(self, slots: list[PairSlot]) -> int:
+        """Commit what the revoked pairs decided, all at once (one transaction for all
+        with one producer per instance), within revoke_timeout_s in all; a pair whose
+        commit did not finish by then is discarded. Returns how many were due."""
+        due = [s for s in slots if s.ready and s.pair.has_pending()]
+        if not due:
+            return 0
+        commits = {s: asyncio.ensure_future(self.committer.commit([s])) for s in due}
+        _, late = await asyncio.wait(commits.values(), timeout=self.revoke_timeout_s)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        for slot, task in commits.items():
+            if task in late:
+                log.error(
+                    "commit on revoke timed out; dropping the pair",
+                    extra={"agent": slot.pair.agent, "partition": slot.pair.partition},
+                )
+                self.discard(slot)
+        for task in commits.values():
+            if task not in late:
+                task.result()  # a defect propagates, as it would have from the commit
+        return len(due)
 
     def _revoked(self, revoked: set[TopicPartition]) -> list[PairSlot]:
         return [s for s in self.slots.values() if set(s.tps()) & revoked]
@@ -203,6 +229,7 @@ class Assignment:
         """
         if after:
             await asyncio.sleep(after)
+        started = time.monotonic()
         delay = RETRY_S
         refused: dict[str, str] = {}
         checked: set[str] = set()
@@ -233,10 +260,30 @@ class Assignment:
                     self.refused.pop(agent, None)
             todo = [s for s in todo if s.pair.agent not in refused and self.holds(s)]
             tried = [s for s in todo if s.pair.agent in checked]
-            ok = await asyncio.gather(*(self._prepare_guarded(s, delay) for s in tried))
+            checked_at = time.monotonic()
+            # the pairs' producers started, then all their committed offsets in one request
+            kept = await self.preparer.prefetch(tried)
+            prefetched_at = time.monotonic()
+            try:
+                ok = await asyncio.gather(*(self._prepare_guarded(s, delay) for s in tried))
+            finally:
+                self.preparer.forget_prefetched(tried)
             failed = [s for s, done in zip(tried, ok, strict=True) if not done]
             failed += [s for s in todo if s.pair.agent not in checked]
             self.changed()
+            if len(slots) > 1:
+                log.info(
+                    "pairs prepared",
+                    extra={
+                        "pairs": sum(ok),
+                        "offsets_prefetched": kept,
+                        "failed": len(failed),
+                        "seconds": round(time.monotonic() - started, 3),
+                        "checks_s": round(checked_at - started, 3),
+                        "prefetch_s": round(prefetched_at - checked_at, 3),
+                        **self.preparer.timings,
+                    },
+                )
             if not failed:
                 return
             todo = failed

@@ -2,28 +2,62 @@
 
 A pair is never processed unprepared: its partitions stay paused until
 `prepare_one` made it ready. The assignment runs the retries.
+
+A rebalance hands back every pair (the range assignor is eager), most of them
+unchanged: what is asked of Kafka for them is batched. Agents checked together
+share one look-up of their changelog topics (`ChangelogChecks`), and the
+committed offsets of every pair whose producer already fenced its zombies come
+from one OffsetFetch (`prefetch`); a pair whose memory still matches them is
+not restored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
+import weakref
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from gateway.kafka import clients, hanging
+from gateway.kafka import clients, groupoffsets, hanging
+from gateway.kafka.batched import Batched
 from gateway.kafka.checkpoint import Strategy
 from gateway.kafka.denials import Denials
 from gateway.kafka.groupoffsets import OffsetsUnstable
 from gateway.kafka.restore import Restorer
-from gateway.kafka.slot import PairSlot
-from gateway.kafka.topics import TopicNames, changelog_configs, ensure_topics
+from gateway.kafka.slot import PairKey, PairSlot
+from gateway.kafka.topics import TopicNames, TopicReport, changelog_configs, ensure_topics
 from gateway.observe.metrics import Metrics
 
 log = logging.getLogger("gateway.runner")
+
+OPEN_CONCURRENCY = 32  # producers started at once before the offsets are read
+OPEN_WAIT_S = 30.0  # then the offsets are read for the pairs whose producer started
+
+
+class ChangelogChecks:
+    """`ensure_topics` for changelog topics, the checks asked for together made as one.
+
+    The agents of one assignment, checked concurrently, cost one Metadata and one
+    DescribeConfigs request (and one CreateTopics for the missing ones), not two or
+    three each.
+    """
+
+    def __init__(self, admin: AIOKafkaAdminClient) -> None:
+        self.admin = admin
+        self._batched: Batched[tuple[str, int], TopicReport] = Batched(self._look_up)
+
+    async def ensure(self, topic: str, partitions: int) -> TopicReport:
+        return await self._batched.get((topic, partitions))
+
+    async def _look_up(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], TopicReport]:
+        wanted = {topic: (count, changelog_configs()) for topic, count in keys}
+        reports = {r.topic: r for r in await ensure_topics(self.admin, wanted)}
+        return {(topic, count): reports[topic] for topic, count in keys}
 
 
 class Preparer:
@@ -45,19 +79,104 @@ class Preparer:
         self.checkpoint = checkpoint
         self.restorer = restorer
         self.denials = Denials()  # refused ACLs: granted again once a pair is prepared
+        self.changelogs = ChangelogChecks(admin)
+        # slots whose store was restored here: a pair given up gets a new slot
+        self._loaded: weakref.WeakSet[PairSlot] = weakref.WeakSet()
+        # committed offsets read for a pair in one batch, with the producer that fenced
+        # them: used once, by the pair's next `prepare_one`, if that producer is its own
+        self._prefetched: dict[PairKey, tuple[object, dict[TopicPartition, int | None]]] = {}
+        self.timings: dict[str, float] = {}  # the last prefetch's look-ups, for the log
+
+    async def prefetch(self, slots: list[PairSlot]) -> int:
+        """Open the pairs' producers, then read all their committed offsets in one request.
+
+        Only pairs whose producer is open are read: their zombies were fenced when it
+        started, so no commit of theirs may land after this read. (A producer that
+        fails to start here is started again, and its failure handled, by
+        `prepare_one`.) The read is stable (`require_stable`): if any pending
+        transaction holds one of these offsets, or the read fails, nothing is
+        prefetched and each pair reads its own (waiting, and sweeping, as
+        `committed_offsets` does). A pair whose answer lags what it committed itself
+        reads its own too. Returns how many pairs were prefetched.
+        """
+        opening = asyncio.Semaphore(OPEN_CONCURRENCY)
+
+        async def open_one(slot: PairSlot) -> None:
+            async with opening:
+                await self.checkpoint.open(slot.key)
+
+        opens = [
+            asyncio.ensure_future(open_one(s)) for s in slots if not self.checkpoint.holds(s.key)
+        ]
+        try:
+            if opens:
+                # a start that hangs holds up no other pair: it is cancelled (its producer
+                # stopped) and the pair starts one again in its own `prepare_one`
+                await asyncio.wait(opens, timeout=OPEN_WAIT_S)
+        finally:
+            for task in opens:
+                task.cancel()
+            await asyncio.gather(*opens, return_exceptions=True)
+        held = [s for s in slots if self.checkpoint.holds(s.key) and s.tps()]
+        opened = time.monotonic()
+        self.timings = {}
+        # a pair never restored here will be: its changelog's bounds, all in one look-up
+        await self.restorer.look_ahead(
+            [
+                TopicPartition(s.pair.topics.changelog, s.pair.partition)
+                for s in held
+                if s not in self._loaded
+            ]
+            if len(held) > 1
+            else []
+        )
+        if len(held) < 2:
+            return 0
+        bounds = time.monotonic()
+        tps = [tp for s in held for tp in s.tps()]
+        try:
+            found = await groupoffsets.fetch_committed_offsets(self.consumer, tps, timeout_s=0)
+        except Exception as exc:  # each pair reads its own
+            log.info("committed offsets not prefetched", extra={"reason": repr(exc)})
+            return 0
+        self.timings = {
+            "bounds_s": round(bounds - opened, 3),
+            "offsets_s": round(time.monotonic() - bounds, 3),
+        }
+        count = 0
+        for slot in held:
+            offsets = {tp: found.get(tp) for tp in slot.tps()}
+            if any((offsets.get(tp) or 0) < off for tp, off in slot.committed.items()):
+                continue  # our own last commit is not visible yet: read again alone
+            self._prefetched[slot.key] = (self.checkpoint.producer(slot.key), offsets)
+            count += 1
+        return count
+
+    def forget_prefetched(self, slots: list[PairSlot]) -> None:
+        """After the pass: what was read ahead is not trusted later."""
+        for slot in slots:
+            self._prefetched.pop(slot.key, None)
+        self.restorer.forget_looked_ahead()
 
     async def prepare_one(self, slot: PairSlot) -> None:
         pair = slot.pair
         await self.checkpoint.open(slot.key)
         tps = slot.tps()
-        committed = await self.committed_offsets(slot, tps)
-        still_valid = bool(slot.committed) and all(
+        producer, prefetched = self._prefetched.pop(slot.key, (None, None))
+        if prefetched is not None and producer is self.checkpoint.producer(slot.key):
+            committed = prefetched
+        else:
+            committed = await self.committed_offsets(slot, tps)
+        # Its memory is the changelog's as of its last commit (or its last restore, if it
+        # committed nothing since) while the group's offsets are still where it left them.
+        still_valid = slot in self._loaded and all(
             committed[tp] == slot.committed.get(tp) for tp in tps
         )
         if not still_valid:
             started = time.monotonic()
             restored = await self.restorer.restore(pair.topics.changelog, pair.partition)
             pair.load_store(restored.store, restored.active, restored.open_interrupts)
+            self._loaded.add(slot)
             self.metrics.state_restore_seconds.observe(time.monotonic() - started)
         slot.committed = {tp: off for tp, off in committed.items() if off is not None}
         assignment = self.consumer.assignment()
@@ -135,10 +254,9 @@ class Preparer:
             [t for t, found in ((topics.events, events), (topics.requests, requests)) if not found]
         )
         count = len(events or requests or ())
-        reports = await ensure_topics(self.admin, {topics.changelog: (count, changelog_configs())})
-        bad = [r for r in reports if r.action == "mismatch"]
-        if bad:
-            return f"changelog topic {bad[0].topic}: {bad[0].detail}. Agent refused"
+        report = await self.changelogs.ensure(topics.changelog, count)
+        if report.action == "mismatch":
+            return f"changelog topic {report.topic}: {report.detail}. Agent refused"
         return None
 
     async def _check_readable(self, topics: list[str]) -> None:

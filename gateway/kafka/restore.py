@@ -3,23 +3,44 @@
 Each restore reads with a reader of its own, from the beginning to the end
 offset it found at the start, `read_committed`. A few restores run at once
 (bounded), so a rebalance that brings many pairs does not restore them one by one.
+A changelog partition with nothing committed in it needs no reader: given the
+gateway's end-offsets client, the restores asked for together first look up
+their partitions' first and last offsets in one request each, and an empty one
+gives an empty store at once (a fleet's first start restores nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from gateway.codec import changelog
 from gateway.core import RunStatus
 from gateway.kafka import clients
+from gateway.kafka.batched import Batched
 from gateway.settings import Settings
 from gateway.state.store import ThreadStore
 
+log = logging.getLogger("gateway.runner")
+
 CONCURRENT_RESTORES = 4
+
+
+async def _track(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
+    """Have a consumer without a subscription track `topics`, all in one metadata update.
+
+    aiokafka's offset look-ups learn an unknown topic per try (a metadata round trip
+    and a backoff each). Never for a subscribed consumer: tracking a topic there
+    would narrow the metadata its pattern subscription reads.
+    """
+    client = consumer._client
+    added = [client.add_topic(t) for t in topics if t not in client._topics]
+    if added:
+        await asyncio.gather(*added)
 
 
 @dataclass
@@ -30,13 +51,54 @@ class Restored:
 
 
 class Restorer:
-    def __init__(self, settings: Settings, concurrency: int = CONCURRENT_RESTORES) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        concurrency: int = CONCURRENT_RESTORES,
+        consumer: AIOKafkaConsumer | None = None,
+    ) -> None:
         self.settings = settings
         self._slots = asyncio.Semaphore(concurrency)
+        # a read_committed consumer with no subscription (the gateway's end-offsets
+        # client), for the partitions' bounds
+        self.consumer = consumer
+        self._sizes: Batched[TopicPartition, int] = Batched(self._committed_sizes)
+        self._known: dict[TopicPartition, int] = {}  # sizes looked up ahead, used once
+
+    async def look_ahead(self, tps: list[TopicPartition]) -> None:
+        """Look up the bounds of partitions about to be restored, all in one request
+        (restores start a few at a time, so their own batches would be small)."""
+        if self.consumer is None or not tps:
+            return
+        try:
+            self._known.update(await self._committed_sizes(tps))
+        except Exception as exc:  # each restore looks its own up
+            log.info("changelog bounds not found", extra={"error": repr(exc)})
+
+    def forget_looked_ahead(self) -> None:
+        self._known.clear()
 
     async def restore(self, topic: str, partition: int) -> Restored:
+        tp = TopicPartition(topic, partition)
+        if self.consumer is not None:
+            try:
+                known = self._known.pop(tp, None)
+                empty = (known if known is not None else await self._sizes.get(tp)) <= 0
+            except Exception as exc:  # read it: the reader finds its own bounds
+                log.info("changelog bounds not found", extra={"error": repr(exc)})
+                empty = False
+            if empty:
+                return Restored(ThreadStore(), set(), 0)
         async with self._slots:
-            return await self._read(TopicPartition(topic, partition))
+            return await self._read(tp)
+
+    async def _committed_sizes(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """How many offsets lie between each partition's first one and its last stable one."""
+        assert self.consumer is not None
+        await _track(self.consumer, {tp.topic for tp in tps})
+        starts = await self.consumer.beginning_offsets(tps)
+        ends = await self.consumer.end_offsets(tps)
+        return {tp: ends[tp] - starts[tp] for tp in tps}
 
     async def _read(self, tp: TopicPartition) -> Restored:
         reader = clients.consumer(

@@ -190,7 +190,7 @@ class Gateway:
             consumer,
             admin,
             self._checkpoint(consumer),
-            Restorer(self.settings),
+            Restorer(self.settings, consumer=offsets),
         )
         self.assignment = Assignment(
             preparer,

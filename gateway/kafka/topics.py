@@ -91,18 +91,22 @@ async def _wait_visible(
         await asyncio.sleep(0.1)
 
 
-async def _describe_cleanup(admin: AIOKafkaAdminClient, topic: str) -> str | None:
+async def _describe_cleanups(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, str]:
+    """Each topic's cleanup.policy, in one DescribeConfigs request for all of them."""
+    if not topics:
+        return {}
     responses = await admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, topic, {"cleanup.policy": None})]
+        [ConfigResource(ConfigResourceType.TOPIC, t, {"cleanup.policy": None}) for t in topics]
     )
+    found: dict[str, str] = {}
     for response in responses:
         for resource in response.to_object()["resources"]:
             if resource["error_code"]:  # e.g. no DescribeConfigs ACL: never skip the check
-                raise for_code(resource["error_code"])(topic)
+                raise for_code(resource["error_code"])(resource["resource_name"])
             for entry in resource["config_entries"]:
                 if entry["config_names"] == "cleanup.policy":
-                    return str(entry["config_value"])
-    return None
+                    found[resource["resource_name"]] = str(entry["config_value"])
+    return found
 
 
 async def ensure_topics(
@@ -111,7 +115,10 @@ async def ensure_topics(
 ) -> list[TopicReport]:
     """Create each missing topic; report existing ones whose layout differs.
 
-    `wanted` maps a topic to (partitions, configs). Idempotent.
+    `wanted` maps a topic to (partitions, configs). Idempotent. However many topics,
+    it asks Kafka a bounded number of times: one Metadata request for what exists,
+    one CreateTopics for what is missing, one DescribeConfigs for the existing
+    topics' cleanup policies (and Metadata again while created topics appear).
     """
     existing = await _describe_partitions(admin, list(wanted))
     missing = [name for name in wanted if name not in existing]
@@ -126,6 +133,14 @@ async def ensure_topics(
             pass  # created concurrently: checked below like any existing topic
         existing = await _wait_visible(admin, list(wanted), missing)
         reports.extend(TopicReport(name, "created") for name in missing if name in existing)
+    policies = await _describe_cleanups(
+        admin,
+        [
+            name
+            for name, (_, configs) in wanted.items()
+            if configs.get("cleanup.policy") and name in existing and name not in missing
+        ],
+    )
     for name, (partitions, configs) in wanted.items():
         if name in missing and name in existing:
             continue
@@ -136,7 +151,7 @@ async def ensure_topics(
         if existing[name] != partitions:
             problems.append(f"has {existing[name]} partitions, expected {partitions}")
         if configs.get("cleanup.policy"):
-            policy = await _describe_cleanup(admin, name)
+            policy = policies.get(name)
             if policy is not None and policy != configs["cleanup.policy"]:
                 problems.append(f"cleanup.policy is {policy}, expected {configs['cleanup.policy']}")
         if problems:

@@ -117,6 +117,21 @@ class Namespace:
         finally:
             await admin.close()
         assert [r for r in reports if r.action != "created"] == [], "topics not created"
+        await self._led(layout)
+
+    async def _led(self, layout: dict[str, tuple[int, dict[str, str]]]) -> None:
+        """Wait until the broker answers for every partition: it names a leader before it
+        has created the log, and creates the logs one after another (tens of ms each on a
+        loaded machine), so a producer started at once can exhaust its retries on
+        NotLeaderForPartition."""
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, request_timeout_ms=120000)
+        await consumer.start()
+        try:
+            await consumer._client.set_topics(list(layout))  # all at once, not one per try
+            tps = [TopicPartition(t, p) for t, (count, _) in layout.items() for p in range(count)]
+            await asyncio.wait_for(consumer.end_offsets(tps), timeout=180)
+        finally:
+            await consumer.stop()
 
 
 _STARTED: list[asyncio.subprocess.Process] = []

@@ -297,6 +297,12 @@ class FakeRestorer:
         self.restored.append((topic.split(".")[1], partition))
         return Restored(ThreadStore(), set(), 0)
 
+    async def look_ahead(self, tps: list[TopicPartition]) -> None:
+        pass
+
+    def forget_looked_ahead(self) -> None:
+        pass
+
 
 @pytest.fixture
 def gw(monkeypatch):
