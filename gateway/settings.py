@@ -102,6 +102,12 @@ class Settings(BaseSettings):
     """Consumer poll timeout."""
     max_poll_records: int = Field(default=2000, ge=1)
     """Records per poll."""
+    fetch_max_wait_ms: int = Field(default=2000, ge=0, le=30000)
+    """How long the broker holds the consumer's fetch while none of its partitions has
+    new records (it answers as soon as one has). Longer: fewer empty fetches while idle,
+    each of which decodes an entry per assigned partition. A partition resumed (its pair
+    restored) or rewound joins the next fetch, so while nothing else arrives its first
+    records can wait this long."""
     commit_interval_ms: int = Field(
         default=1000, ge=1
     )  # most delay for offsets of state-neutral records

@@ -24,6 +24,7 @@ import contextlib
 import gc
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,7 @@ log = logging.getLogger("gateway.runner")
 
 SWEEP_SLICE = 1000  # threads a pair's sweep looks at per round (decoding restored ones)
 SWEEP_CHANGES = 100  # expiries announced or threads forgotten per pair per round
+SWEEP_PAIR_COST = 20  # a pair's sweep pass counted as this many threads on top of its own
 PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a commit
 LAG_INTERVAL_S = 5.0
 
@@ -106,7 +108,9 @@ class Gateway:
         self.fences: Fences | None = None
         self._running = False
         self._last_sweep = 0.0
+        self._sweep_due: deque[PairKey] = deque()  # pairs whose sweep pass is still to start
         self._last_lag = 0.0
+        self._lag_task: asyncio.Task[None] | None = None
         metrics.prime_transactions()
 
     def make_pair(self, agent: str, partition: int) -> PartitionPair:
@@ -124,7 +128,7 @@ class Gateway:
             log.info("gateway started", extra={"settings": self.settings.masked()})
             assert self.consumer is not None and self.assignment is not None
             while not stop.is_set():
-                batch = await self.consumer.getmany(timeout_ms=self.settings.poll_timeout_ms)
+                batch = await self._poll()
                 logs.KAFKA_LOGS.tick()  # "kafka connection back" once errors stopped
                 async with self.assignment.lock:
                     await self.round(batch)
@@ -133,6 +137,32 @@ class Gateway:
             self._running = False
             # Never raises: an error that ended the loop is the one that propagates.
             await self._shutdown(commit=clean)
+
+    async def _poll(self) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """What the consumer fetched, within `poll_timeout_ms`; at once when a fence
+        look-up landed, so the pairs it fenced are judged without waiting for a fetch."""
+        assert self.consumer is not None and self.fences is not None
+        consumer, landed = self.consumer, self.fences.landed
+        if landed.is_set():
+            landed.clear()
+            return await consumer.getmany(timeout_ms=0)
+        if not self.fences.looking_up():
+            return await consumer.getmany(timeout_ms=self.settings.poll_timeout_ms)
+        getter = asyncio.ensure_future(consumer.getmany(timeout_ms=self.settings.poll_timeout_ms))
+        waiter = asyncio.ensure_future(landed.wait())
+        try:
+            await asyncio.wait((getter, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not getter.done():
+                getter.cancel()  # before it took any record: they stay in its buffer
+        try:
+            return await getter
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the loop itself is cancelled
+            return {}
 
     async def start(self) -> None:
         """Start the admin client and both consumers (each kept as soon as constructed, so
@@ -150,6 +180,7 @@ class Gateway:
             partition_assignment_strategy=(RangePartitionAssignor,),
             metadata_max_age_ms=s.discovery_interval_ms,
             max_poll_records=s.max_poll_records,
+            fetch_max_wait_ms=s.fetch_max_wait_ms,
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
         )
@@ -222,6 +253,12 @@ class Gateway:
         if commit and not self.broker.reachable:
             commit = False  # it cannot commit: the next owner reads it again
             log.warning("kafka broker unreachable: stopping without the final commit")
+        if self.fences is not None:
+            await self.fences.close()
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._lag_task
         if self.assignment is not None:
             await self.assignment.close(commit)
             self.busy.clear()
@@ -292,13 +329,9 @@ class Gateway:
             self.busy[slot.key] = slot
             if side == "requests":
                 fences.took_requests(slot.key, tp)
-        if mono - self._last_sweep >= self.settings.sweep_interval_s:
-            self._last_sweep = mono
-            for slot in a.slots.values():  # once per sweep interval: every pair
-                if slot.ready:
-                    self.busy[slot.key] = slot
+        starting = self._sweeps_starting(mono)
         ready = [s for s in self.busy.values() if s.ready and a.holds(s)]
-        await fences.set(ready)
+        fences.set(ready)  # a look-up runs in the background; its pairs wait for it
         await self.reply_topics.refresh_for(r for s in ready for r in s.pair.merge.requests)
         wall_ms = int(self.wall_clock() * 1000)
         for slot in ready:
@@ -316,7 +349,9 @@ class Gateway:
                         # reassigned, takes it from the last commit.
                         continue
                 slot.pair.process(position, mono, wall_ms)
-        self._sweep(ready, mono, wall_ms)
+        # requests behind the ones just judged, taken since their fence: looked up now
+        fences.set(ready)
+        self._sweep(ready, starting, wall_ms)
         # Committed in the background: the next round is judged meanwhile. A failed
         # commit rewinds both layers and prepares the pair again with a fresh producer.
         a.committer.launch(self._due(ready, mono))
@@ -327,12 +362,39 @@ class Gateway:
         for key in [k for k, s in self.busy.items() if not a.holds(s)]:
             del self.busy[key]
             fences.forget(key)
-        if mono - self._last_lag >= LAG_INTERVAL_S:
+        if mono - self._last_lag >= LAG_INTERVAL_S and (
+            self._lag_task is None or self._lag_task.done()
+        ):
             self._last_lag = mono
-            await self._lag()
+            # in the background: a position still being reset must not hold up a round
+            self._lag_task = asyncio.create_task(self._lag())
 
-    def _sweep(self, ready: list[PairSlot], mono: float, wall_ms: int) -> None:
-        sweep = [s for s in ready if s.pair.sweeping or mono == self._last_sweep]
+    def _sweeps_starting(self, mono: float) -> set[PairKey]:
+        """The pairs whose sweep pass starts this round (each made busy).
+
+        Every `sweep_interval_s` each ready pair is due a pass; the passes start a
+        few pairs a round (about SWEEP_SLICE threads' worth, at least one pair), so
+        a fleet's sweep is spread over rounds rather than stalling one round.
+        """
+        assert self.assignment is not None
+        a, due = self.assignment, self._sweep_due
+        if mono - self._last_sweep >= self.settings.sweep_interval_s:
+            self._last_sweep = mono
+            if not due:  # a pass over the fleet still under way is not started twice
+                due.extend(key for key, slot in a.slots.items() if slot.ready)
+        starting: set[PairKey] = set()
+        budget = SWEEP_SLICE
+        while due and budget > 0:
+            slot = a.slots.get(due.popleft())
+            if slot is None or not slot.ready or slot.pair.sweeping:
+                continue
+            budget -= SWEEP_PAIR_COST + min(len(slot.pair.store), SWEEP_SLICE)
+            starting.add(slot.key)
+            self.busy[slot.key] = slot
+        return starting
+
+    def _sweep(self, ready: list[PairSlot], starting: set[PairKey], wall_ms: int) -> None:
+        sweep = [s for s in ready if s.pair.sweeping or s.key in starting]
         passes_done = [
             slot.pair.sweep(wall_ms, limit=SWEEP_SLICE, max_changes=SWEEP_CHANGES) for slot in sweep
         ]
@@ -390,11 +452,15 @@ class Gateway:
                 high = self.consumer.highwater(tp)
                 if high is None:
                     continue
-                position = await asyncio.wait_for(self.consumer.position(tp), timeout=1)
+                async with asyncio.timeout(1):  # no task per partition, unlike wait_for
+                    position = await self.consumer.position(tp)
             except Exception:
                 continue
             key = (found[0], tp.topic)
             behind = max(0, high - position)
             lag[key] = lag.get(key, 0) + behind
             worst[key] = max(worst.get(key, 0), behind)
-        self.status.lag(lag, worst)
+        try:
+            self.status.lag(lag, worst)
+        except Exception:
+            log.exception("internal error updating the lag gauges")
