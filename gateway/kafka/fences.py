@@ -81,8 +81,12 @@ class Fences:
             try:
                 async with asyncio.timeout(LOOKUP_TIMEOUT_S):
                     # every topic known first, in one metadata request: aiokafka learns
-                    # one unknown topic per attempt, 100 ms apart
-                    await clients.know_topics(self.offsets, {tp.topic for tp in tps})
+                    # one unknown topic per attempt, 100 ms apart. Every assigned topic at
+                    # once, so that the fleet's later look-ups need no update of their own.
+                    topics = {tp.topic for tp in tps}
+                    await clients.know_topics(
+                        self.offsets, topics | {tp.topic for tp in self.consumer.assignment()}
+                    )
                     ends = await self.offsets.end_offsets(tps)
             except (KafkaError, TimeoutError) as exc:
                 log.warning("end offsets lookup failed; requests wait", extra={"error": repr(exc)})
