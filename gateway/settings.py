@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     producer_scope: Literal["pair", "instance"] = "pair"
     """Transactional producers: one per partition pair (fenced by a transactional id per
     pair), or one per instance (fenced by the consumer group's generation, KIP-447)."""
+    instance_producers: int = Field(default=1, ge=1, le=8)
+    """With producer_scope=instance: transactional producers per instance. Above 1, rounds
+    asked for while one producer's transaction is open start another's at once rather
+    than waiting for it to end (two broker connections each)."""
     instance_name: str = Field(default_factory=socket.gethostname, min_length=1)
     """With producer_scope=instance: this instance's name in its transactional id; stable
     across its restarts, unique among live instances (default: the host name)."""
