@@ -24,7 +24,6 @@ import contextlib
 import gc
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +39,7 @@ from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.checkpoint import Checkpoint
 from gateway.kafka.fences import Fences
 from gateway.kafka.instancecheckpoint import InstanceCheckpoint
+from gateway.kafka.lag import read_lag
 from gateway.kafka.pacing import CommitPacing
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.prepare import Preparer
@@ -47,6 +47,7 @@ from gateway.kafka.replytopics import ReplyTopics
 from gateway.kafka.restore import Restorer
 from gateway.kafka.slot import PairKey, PairSlot
 from gateway.kafka.status import Status
+from gateway.kafka.sweeps import SweepPlan
 from gateway.kafka.topics import TopicNames
 from gateway.observe import logs
 from gateway.observe.metrics import Metrics
@@ -58,7 +59,6 @@ log = logging.getLogger("gateway.runner")
 
 SWEEP_SLICE = 1000  # threads a pair's sweep looks at per round (decoding restored ones)
 SWEEP_CHANGES = 100  # expiries announced or threads forgotten per pair per round
-SWEEP_PAIR_COST = 20  # a pair's sweep pass counted as this many threads on top of its own
 PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a commit
 LAG_INTERVAL_S = 5.0
 
@@ -107,8 +107,7 @@ class Gateway:
         self.busy: dict[PairKey, PairSlot] = {}  # pairs with records, pending work or a sweep
         self.fences: Fences | None = None
         self._running = False
-        self._last_sweep = 0.0
-        self._sweep_due: deque[PairKey] = deque()  # pairs whose sweep pass is still to start
+        self.sweeps = SweepPlan(settings.sweep_interval_s, SWEEP_SLICE)
         self._last_lag = 0.0
         self._lag_task: asyncio.Task[None] | None = None
         metrics.prime_transactions()
@@ -329,7 +328,9 @@ class Gateway:
             self.busy[slot.key] = slot
             if side == "requests":
                 fences.took_requests(slot.key, tp)
-        starting = self._sweeps_starting(mono)
+        starting = {slot.key for slot in self.sweeps.starting(a.slots, mono)}
+        for key in starting:
+            self.busy[key] = a.slots[key]
         ready = [s for s in self.busy.values() if s.ready and a.holds(s)]
         fences.set(ready)  # a look-up runs in the background; its pairs wait for it
         await self.reply_topics.refresh_for(r for s in ready for r in s.pair.merge.requests)
@@ -368,30 +369,6 @@ class Gateway:
             self._last_lag = mono
             # in the background: a position still being reset must not hold up a round
             self._lag_task = asyncio.create_task(self._lag())
-
-    def _sweeps_starting(self, mono: float) -> set[PairKey]:
-        """The pairs whose sweep pass starts this round (each made busy).
-
-        Every `sweep_interval_s` each ready pair is due a pass; the passes start a
-        few pairs a round (about SWEEP_SLICE threads' worth, at least one pair), so
-        a fleet's sweep is spread over rounds rather than stalling one round.
-        """
-        assert self.assignment is not None
-        a, due = self.assignment, self._sweep_due
-        if mono - self._last_sweep >= self.settings.sweep_interval_s:
-            self._last_sweep = mono
-            if not due:  # a pass over the fleet still under way is not started twice
-                due.extend(key for key, slot in a.slots.items() if slot.ready)
-        starting: set[PairKey] = set()
-        budget = SWEEP_SLICE
-        while due and budget > 0:
-            slot = a.slots.get(due.popleft())
-            if slot is None or not slot.ready or slot.pair.sweeping:
-                continue
-            budget -= SWEEP_PAIR_COST + min(len(slot.pair.store), SWEEP_SLICE)
-            starting.add(slot.key)
-            self.busy[slot.key] = slot
-        return starting
 
     def _sweep(self, ready: list[PairSlot], starting: set[PairKey], wall_ms: int) -> None:
         sweep = [s for s in ready if s.pair.sweeping or s.key in starting]
@@ -437,30 +414,9 @@ class Gateway:
             self.status.recount(a.slots.values(), a.refused, a.denials.denied)
 
     async def _lag(self) -> None:
-        """Lag per agent and topic (summed over partitions), and each one's worst partition."""
+        """The lag gauges, read anew (a task of its own, every LAG_INTERVAL_S)."""
         assert self.consumer is not None
-        lag: dict[tuple[str, str], int] = {}
-        worst: dict[tuple[str, str], int] = {}
-        for tp in self.consumer.assignment():
-            found = self.names.classify(tp.topic)
-            if found is None:
-                continue
-            try:
-                # A growing pattern subscription lets the partitions go while a position
-                # is awaited (before the rebalance revokes them): aiokafka then asserts
-                # in `highwater`. Such a partition has no figure this time.
-                high = self.consumer.highwater(tp)
-                if high is None:
-                    continue
-                async with asyncio.timeout(1):  # no task per partition, unlike wait_for
-                    position = await self.consumer.position(tp)
-            except Exception:
-                continue
-            key = (found[0], tp.topic)
-            behind = max(0, high - position)
-            lag[key] = lag.get(key, 0) + behind
-            worst[key] = max(worst.get(key, 0), behind)
         try:
-            self.status.lag(lag, worst)
+            self.status.lag(*await read_lag(self.consumer, self.names))
         except Exception:
             log.exception("internal error updating the lag gauges")
