@@ -34,6 +34,7 @@ from bench import broker as brokers
 from bench import gatewayrun
 from bench.config import SIZES, Context
 from bench.report import machine, now_iso, source_version, write
+from bench.scenarios import fleet as fleet_scenario
 from gateway.observe.logs import JsonFormatter
 
 SCENARIOS = (
@@ -94,6 +95,14 @@ def _parser() -> argparse.ArgumentParser:
         help="a gateway setting for every gateway the bench runs but the fleet's "
         "(repeatable), e.g. "
         "producer_scope=instance, to measure it beside the defaults",
+    )
+    p.add_argument(
+        "--fleet-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the fleet's gateway (repeatable), e.g. fetch_max_wait_ms=500, "
+        "to measure it beside the defaults",
     )
     p.add_argument("--keep-broker", action="store_true", help="leave a broker it started running")
     p.add_argument("--keep-topics", action="store_true", help="do not delete the run's topics")
@@ -184,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench: --gateway-setting takes KEY=VALUE, not {setting!r}", file=sys.stderr)
             return 2
         gatewayrun.SETTING_OVERRIDES[key.strip().lower()] = value
+    for setting in args.fleet_setting:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            print(f"bench: --fleet-setting takes KEY=VALUE, not {setting!r}", file=sys.stderr)
+            return 2
+        fleet_scenario.SETTINGS[key.strip().lower()] = value
     started = time.perf_counter()
     broker = brokers.ensure_broker(args.bootstrap)
     work = Path(tempfile.mkdtemp(prefix="agui-bench-"))
@@ -236,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "machine": info,
         "source": _source(source_at_start, source_version(brokers.REPO_ROOT)),
-        "config": {**ctx.describe(), "gateway_settings": dict(gatewayrun.SETTING_OVERRIDES)},
+        "config": {
+            **ctx.describe(),
+            "gateway_settings": dict(gatewayrun.SETTING_OVERRIDES),
+            "fleet_settings": dict(fleet_scenario.SETTINGS),
+        },
         "wall_seconds": round(time.perf_counter() - started, 1),
         "figures": [f.to_json() for f in figures],
         "details": details,

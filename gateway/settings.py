@@ -102,6 +102,12 @@ class Settings(BaseSettings):
     """Consumer poll timeout."""
     max_poll_records: int = Field(default=2000, ge=1)
     """Records per poll."""
+    fetch_max_wait_ms: int = Field(default=2000, ge=0, le=30000)
+    """How long the broker holds the consumer's fetch while none of its partitions has
+    new records (it answers as soon as one has). Longer: fewer empty fetches while idle,
+    each of which decodes an entry per assigned partition. A partition resumed (its pair
+    restored) or rewound joins the next fetch, so while nothing else arrives its first
+    records can wait this long."""
     commit_interval_ms: int = Field(
         default=1000, ge=1
     )  # most delay for offsets of state-neutral records
@@ -121,6 +127,10 @@ class Settings(BaseSettings):
     producer_scope: Literal["pair", "instance"] = "pair"
     """Transactional producers: one per partition pair (fenced by a transactional id per
     pair), or one per instance (fenced by the consumer group's generation, KIP-447)."""
+    instance_producers: int = Field(default=1, ge=1, le=8)
+    """With producer_scope=instance: transactional producers per instance. Above 1, rounds
+    asked for while one producer's transaction is open start another's at once rather
+    than waiting for it to end (two broker connections each)."""
     instance_name: str = Field(default_factory=socket.gethostname, min_length=1)
     """With producer_scope=instance: this instance's name in its transactional id; stable
     across its restarts, unique among live instances (default: the host name)."""

@@ -63,6 +63,9 @@ RATES = (50.0, 200.0)
 ADD_AGENT_RATE = 50.0
 AFTER_ASSIGNED_S = 2.0
 CREATE_BATCH = 200  # topics per create request
+# settings of the fleet's gateway on top of its defaults (`--fleet-setting`), e.g. to measure
+# one beside the defaults in the same session
+SETTINGS: dict[str, str] = {}
 
 
 @dataclass
@@ -267,6 +270,9 @@ async def one_size(ctx: Context, agents: int) -> dict[str, Any]:
             settings["discovery_interval_ms"] = size.fleet_discovery_ms
         out["discovery_interval_ms"] = size.fleet_discovery_ms or "default"
         settings["producer_scope"] = out["producer_scope"] = ctx.fleet_producer_scope
+        settings.update(SETTINGS)
+        if SETTINGS:
+            out["settings"] = dict(SETTINGS)
         gateway = GatewayProcess(settings, ctx.work / f"gateway-fleet-{agents}.log")
         gateway.start()
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -203,6 +204,25 @@ def topic_exists(consumer: AIOKafkaConsumer, topic: str) -> bool:
 
 async def refresh_metadata(consumer: AIOKafkaConsumer) -> None:
     await consumer._client.force_metadata_update()
+
+
+async def know_topics(client: AIOKafkaConsumer, topics: Iterable[str]) -> None:
+    """Have the client's metadata track every one of `topics`, with one metadata update
+    for all it did not track yet (nothing when it tracks them all).
+
+    Left to itself, an offsets look-up adds the first partition's topic it does not
+    know, fails, and tries again 100 ms later: a look-up over a fleet's topics new to
+    the client took one attempt per topic (seconds). Once a client tracks topics it
+    asks only for those, so every topic it looks up must be tracked."""
+    net = client._client
+    topics = set(topics)
+    waits = [net.add_topic(topic) for topic in topics if topic not in net._topics]
+    if not waits:
+        return
+    await asyncio.gather(*waits)
+    if any(net.cluster.partitions_for_topic(topic) is None for topic in topics):
+        # an update already under way when the topics were added did not ask for them
+        await net.force_metadata_update()
 
 
 def fetched_end(

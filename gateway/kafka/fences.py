@@ -3,13 +3,20 @@
 A request is judged once the events partition has been read up to its end offset
 as it stood after the request arrived (read_committed: the last stable offset).
 That offset comes from the consumer's own fetch when the fetch is known to have
-followed the requests, else from one end-offsets look-up per round for every
-pair still waiting, on a client of its own.
+followed the requests, else from an end-offsets look-up on a client of its own.
+
+A look-up never holds up a round: it runs in the background, one request for
+every pair that needs one when it starts, and the pairs it covers wait for it
+while every other pair is judged. When it lands, `landed` is set: the loop runs
+a round at once (`Gateway.run`) and those pairs are judged. A look-up covers the
+requests buffered when it started (they were in the log before it was sent);
+requests taken meanwhile need a fence of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -29,6 +36,9 @@ class Fences:
         self.offsets = offsets  # end offsets for the fence, off the consumer's connection
         # when the fetch that delivered each pair's latest requests was processed (wall ms)
         self._taken_at: dict[PairKey, int] = {}
+        self._looking: set[PairKey] = set()  # pairs in a look-up under way
+        self._lookups: set[asyncio.Task[None]] = set()
+        self.landed = asyncio.Event()  # a look-up set fences: their pairs can be judged
 
     def took_requests(self, key: PairKey, tp: TopicPartition) -> None:
         """A pair took requests from `tp`: note when the fetch that brought them came."""
@@ -41,28 +51,68 @@ class Fences:
     def forget(self, key: PairKey) -> None:
         self._taken_at.pop(key, None)
 
-    async def set(self, ready: list[PairSlot]) -> None:
+    def looking_up(self) -> bool:
+        """Whether a look-up is under way (its pairs wait for it)."""
+        return bool(self._lookups)
+
+    def set(self, ready: list[PairSlot]) -> None:
         """Give each pair whose waiting requests need one a fence: from the fetch when
-        it shows it, else looked up once for all."""
-        lookup: list[PairSlot] = []
+        it shows it, else from a look-up started now for all of them (unless one under
+        way already covers the pair)."""
+        lookup: list[tuple[PairSlot, int]] = []
         for slot in (s for s in ready if s.pair.needs_fence()):
             if slot.events_tp is None:
                 slot.pair.set_fence(0)  # no events topic: nothing to wait for
             elif (end := self.fetched(slot)) is not None:
                 slot.pair.set_fence(end)
-            else:
-                lookup.append(slot)
-        tps = [s.events_tp for s in lookup if s.events_tp is not None]
-        if not tps:
-            return
+            elif slot.key not in self._looking:
+                lookup.append((slot, slot.pair.merge.requests[-1].offset))
+        if lookup:
+            self._looking.update(slot.key for slot, _ in lookup)
+            task = asyncio.create_task(self._look_up(lookup))
+            self._lookups.add(task)
+            task.add_done_callback(self._lookups.discard)
+
+    async def _look_up(self, lookup: list[tuple[PairSlot, int]]) -> None:
+        """One end-offsets request for every pair in `lookup`, each fence covering the
+        requests buffered when it started (`covers`, the last one's offset)."""
         try:
-            ends = await asyncio.wait_for(self.offsets.end_offsets(tps), LOOKUP_TIMEOUT_S)
-        except (KafkaError, TimeoutError) as exc:
-            log.warning("end offsets lookup failed; requests wait", extra={"error": repr(exc)})
-            return
-        for slot in lookup:
-            if slot.events_tp is not None and slot.events_tp in ends:
-                slot.pair.set_fence(ends[slot.events_tp])
+            tps = [s.events_tp for s, _ in lookup if s.events_tp is not None]
+            try:
+                async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                    # every topic known first, in one metadata request: aiokafka learns
+                    # one unknown topic per attempt, 100 ms apart. Every assigned topic at
+                    # once, so that the fleet's later look-ups need no update of their own.
+                    topics = {tp.topic for tp in tps}
+                    await clients.know_topics(
+                        self.offsets, topics | {tp.topic for tp in self.consumer.assignment()}
+                    )
+                    ends = await self.offsets.end_offsets(tps)
+            except (KafkaError, TimeoutError) as exc:
+                log.warning("end offsets lookup failed; requests wait", extra={"error": repr(exc)})
+                return  # the next round looks them up again
+            except Exception:
+                log.exception("internal error looking up end offsets; requests wait")
+                return
+            for slot, covers in lookup:
+                if slot.events_tp is not None and slot.events_tp in ends and not slot.discarded:
+                    slot.pair.set_fence(ends[slot.events_tp], covers)
+            self.landed.set()
+        finally:
+            self._looking.difference_update(slot.key for slot, _ in lookup)
+
+    async def wait(self) -> None:
+        """Wait for the look-ups under way to end (landed or failed)."""
+        while self._lookups:
+            await asyncio.gather(*self._lookups, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel the look-ups under way (the loop is stopping)."""
+        for task in list(self._lookups):
+            task.cancel()
+        for task in list(self._lookups):
+            with contextlib.suppress(BaseException):
+                await task
 
     def fetched(self, slot: PairSlot) -> int | None:
         """The events partition's last stable offset from the consumer's own fetch, when

@@ -10,8 +10,15 @@ only abort; the new owner reads offsets with `require_stable`, never ones a
 pending transaction may still commit (`groupoffsets.fetch_committed_offsets`). See
 `gateway/kafka/groupfence.py` for the argument.
 
+With `instance_producers` above 1 the instance holds that many, each with a
+transactional id of its own: rounds asked for while one producer's transaction
+is open start the next producer's at once, so a round waits for no other
+transaction to end (a pair still commits one round at a time). Each id is stable
+across restarts (index 0 keeps the single producer's id), so a restart's start
+of every producer aborts what each left open.
+
 A failed transaction fails every round in it (each pair is rewound and prepared
-again); the producer is replaced, as it may be in a fatal state. A transaction
+again); its producer is replaced, as it may be in a fatal state. A transaction
 the group refuses reports its rounds as fenced: their pairs wait for the
 rebalance under way, which hands them to their new owner.
 """
@@ -47,38 +54,47 @@ class InstanceCheckpoint:
         self.metrics = metrics
         self.consumer = consumer
         self._keys: set[PairKey] = set()
-        self._producer: AIOKafkaProducer | None = None
-        self._starting = asyncio.Lock()
+        count = settings.instance_producers
+        self._producers: list[AIOKafkaProducer | None] = [None] * count
+        self._starting = [asyncio.Lock() for _ in range(count)]
         self._queue: list[tuple[Work, asyncio.Future[Result]]] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writers: list[asyncio.Task[None] | None] = [None] * count
 
     # --- the producer -------------------------------------------------------------------
 
     @property
     def transactional_id(self) -> str:
+        """The first producer's transactional id (the only one's by default)."""
+        return self.transactional_id_of(0)
+
+    def transactional_id_of(self, index: int) -> str:
         s = self.settings
-        return f"{s.group_id}.instance.{s.instance_name}"
+        base = f"{s.group_id}.instance.{s.instance_name}"
+        return base if index == 0 else f"{base}.{index}"
 
     def holds(self, key: PairKey) -> bool:
         return key in self._keys
 
     def producer(self, key: PairKey) -> AIOKafkaProducer | None:
-        return self._producer if key in self._keys else None
+        return self._producers[0] if key in self._keys else None
 
     async def open(self, key: PairKey) -> None:
-        """Take the pair in; start the instance's producer if it has none."""
-        await self._started()
+        """Take the pair in; start the instance's producers it does not hold yet."""
+        for index in range(len(self._producers)):
+            await self._started(index)
         self._keys.add(key)
 
-    async def _started(self) -> AIOKafkaProducer:
-        async with self._starting:
-            if self._producer is None:
+    async def _started(self, index: int) -> AIOKafkaProducer:
+        async with self._starting[index]:
+            producer = self._producers[index]
+            if producer is None:
                 s = self.settings
-                # aborts this instance's dangling transaction
-                self._producer = await start_transactional(
-                    s, f"{s.client_id}-txn", self.transactional_id
+                suffix = "" if index == 0 else f"-{index}"
+                # aborts what this id left open (this instance before a restart)
+                producer = self._producers[index] = await start_transactional(
+                    s, f"{s.client_id}-txn{suffix}", self.transactional_id_of(index)
                 )
-            return self._producer
+            return producer
 
     async def close(self, key: PairKey) -> None:
         self._keys.discard(key)
@@ -90,10 +106,10 @@ class InstanceCheckpoint:
 
     async def close_all(self) -> None:
         self._keys.clear()
-        if self._writer is not None:
-            await asyncio.gather(self._writer, return_exceptions=True)
-        producer, self._producer = self._producer, None
-        await stop_producer(producer)
+        await asyncio.gather(*(w for w in self._writers if w is not None), return_exceptions=True)
+        producers, self._producers = self._producers, [None] * len(self._producers)
+        for producer in producers:
+            await stop_producer(producer)
 
     # --- committing ---------------------------------------------------------------------
 
@@ -106,15 +122,17 @@ class InstanceCheckpoint:
             done: asyncio.Future[Result] = loop.create_future()
             self._queue.append((work, done))
             waiting.append(done)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write())
+        for index, writer in enumerate(self._writers):
+            if writer is None or writer.done():  # an idle producer takes them now
+                self._writers[index] = asyncio.create_task(self._write(index))
+                break
         return list(await asyncio.gather(*(asyncio.shield(w) for w in waiting)))
 
-    async def _write(self) -> None:
+    async def _write(self, index: int) -> None:
         while self._queue:
             batch, self._queue = self._queue, []
             try:
-                results = await self._transaction([w for w, _ in batch])
+                results = await self._transaction(index, [w for w, _ in batch])
             except BaseException as exc:  # cancelled: the rounds are not committed
                 results = [Result(Outcome.FAILED, exc)] * len(batch)
                 for (_, done), result in zip(batch, results, strict=True):
@@ -125,17 +143,17 @@ class InstanceCheckpoint:
                 if not done.done():
                     done.set_result(result)
 
-    async def _transaction(self, asked: list[Work]) -> list[Result]:
+    async def _transaction(self, index: int, asked: list[Work]) -> list[Result]:
         """One transaction for every round asked (a result each, in order)."""
         works = [w for w in asked if w.key in self._keys]  # pairs given up meanwhile: not
-        results = await self._write_rounds(works) if works else []
+        results = await self._write_rounds(index, works) if works else []
         by_key = dict(zip((w.key for w in works), results, strict=True))
         gone = Result(Outcome.FAILED, RuntimeError("the pair was given up"))
         return [by_key.get(w.key, gone) for w in asked]
 
-    async def _write_rounds(self, works: list[Work]) -> list[Result]:
+    async def _write_rounds(self, index: int, works: list[Work]) -> list[Result]:
         try:
-            producer = await self._started()
+            producer = await self._started(index)
         except Exception as exc:
             return [Result(Outcome.FAILED, exc) for _ in works]
         offsets: dict[TopicPartition, int] = {}
@@ -161,7 +179,7 @@ class InstanceCheckpoint:
             with contextlib.suppress(Exception):
                 await producer.abort_transaction()
             # the producer may be in a fatal state: a fresh one for the next transaction
-            self._producer = None
+            self._producers[index] = None
             await stop_producer(producer)
             outcome = Outcome.FENCED if fenced else Outcome.FAILED
             return [Result(outcome, exc) for _ in works]

@@ -119,8 +119,16 @@ class PartitionPair:
     def needs_fence(self) -> bool:
         return self.merge.needs_fence()
 
-    def set_fence(self, events_end: int) -> None:
-        self.merge.set_fence(events_end)
+    def set_fence(self, events_end: int, covers: int | None = None) -> None:
+        """The events partition's end offset, read after the requests up to offset
+        `covers` had arrived (None: every request buffered now). A fence that already
+        covers as far is kept (a look-up can land after a newer fence from the fetch)."""
+        if covers is None:
+            self.merge.set_fence(events_end)
+            return
+        current = self.merge.fence
+        if current is None or current.covers < covers:
+            self.merge.fence = Fence(covers, events_end)
 
     def has_work(self) -> bool:
         return self.merge.has_work()

@@ -39,6 +39,7 @@ from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.checkpoint import Checkpoint
 from gateway.kafka.fences import Fences
 from gateway.kafka.instancecheckpoint import InstanceCheckpoint
+from gateway.kafka.lag import read_lag
 from gateway.kafka.pacing import CommitPacing
 from gateway.kafka.pair import PairContext, PartitionPair
 from gateway.kafka.prepare import Preparer
@@ -46,6 +47,7 @@ from gateway.kafka.replytopics import ReplyTopics
 from gateway.kafka.restore import Restorer
 from gateway.kafka.slot import PairKey, PairSlot
 from gateway.kafka.status import Status
+from gateway.kafka.sweeps import SweepPlan
 from gateway.kafka.topics import TopicNames
 from gateway.observe import logs
 from gateway.observe.metrics import Metrics
@@ -105,8 +107,9 @@ class Gateway:
         self.busy: dict[PairKey, PairSlot] = {}  # pairs with records, pending work or a sweep
         self.fences: Fences | None = None
         self._running = False
-        self._last_sweep = 0.0
+        self.sweeps = SweepPlan(settings.sweep_interval_s, SWEEP_SLICE)
         self._last_lag = 0.0
+        self._lag_task: asyncio.Task[None] | None = None
         metrics.prime_transactions()
 
     def make_pair(self, agent: str, partition: int) -> PartitionPair:
@@ -124,7 +127,7 @@ class Gateway:
             log.info("gateway started", extra={"settings": self.settings.masked()})
             assert self.consumer is not None and self.assignment is not None
             while not stop.is_set():
-                batch = await self.consumer.getmany(timeout_ms=self.settings.poll_timeout_ms)
+                batch = await self._poll()
                 logs.KAFKA_LOGS.tick()  # "kafka connection back" once errors stopped
                 async with self.assignment.lock:
                     await self.round(batch)
@@ -133,6 +136,32 @@ class Gateway:
             self._running = False
             # Never raises: an error that ended the loop is the one that propagates.
             await self._shutdown(commit=clean)
+
+    async def _poll(self) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """What the consumer fetched, within `poll_timeout_ms`; at once when a fence
+        look-up landed, so the pairs it fenced are judged without waiting for a fetch."""
+        assert self.consumer is not None and self.fences is not None
+        consumer, landed = self.consumer, self.fences.landed
+        if landed.is_set():
+            landed.clear()
+            return await consumer.getmany(timeout_ms=0)
+        if not self.fences.looking_up():
+            return await consumer.getmany(timeout_ms=self.settings.poll_timeout_ms)
+        getter = asyncio.ensure_future(consumer.getmany(timeout_ms=self.settings.poll_timeout_ms))
+        waiter = asyncio.ensure_future(landed.wait())
+        try:
+            await asyncio.wait((getter, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not getter.done():
+                getter.cancel()  # before it took any record: they stay in its buffer
+        try:
+            return await getter
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the loop itself is cancelled
+            return {}
 
     async def start(self) -> None:
         """Start the admin client and both consumers (each kept as soon as constructed, so
@@ -150,6 +179,7 @@ class Gateway:
             partition_assignment_strategy=(RangePartitionAssignor,),
             metadata_max_age_ms=s.discovery_interval_ms,
             max_poll_records=s.max_poll_records,
+            fetch_max_wait_ms=s.fetch_max_wait_ms,
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
         )
@@ -222,6 +252,12 @@ class Gateway:
         if commit and not self.broker.reachable:
             commit = False  # it cannot commit: the next owner reads it again
             log.warning("kafka broker unreachable: stopping without the final commit")
+        if self.fences is not None:
+            await self.fences.close()
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._lag_task
         if self.assignment is not None:
             await self.assignment.close(commit)
             self.busy.clear()
@@ -292,13 +328,11 @@ class Gateway:
             self.busy[slot.key] = slot
             if side == "requests":
                 fences.took_requests(slot.key, tp)
-        if mono - self._last_sweep >= self.settings.sweep_interval_s:
-            self._last_sweep = mono
-            for slot in a.slots.values():  # once per sweep interval: every pair
-                if slot.ready:
-                    self.busy[slot.key] = slot
+        starting = {slot.key for slot in self.sweeps.starting(a.slots, mono)}
+        for key in starting:
+            self.busy[key] = a.slots[key]
         ready = [s for s in self.busy.values() if s.ready and a.holds(s)]
-        await fences.set(ready)
+        fences.set(ready)  # a look-up runs in the background; its pairs wait for it
         await self.reply_topics.refresh_for(r for s in ready for r in s.pair.merge.requests)
         wall_ms = int(self.wall_clock() * 1000)
         for slot in ready:
@@ -316,7 +350,9 @@ class Gateway:
                         # reassigned, takes it from the last commit.
                         continue
                 slot.pair.process(position, mono, wall_ms)
-        self._sweep(ready, mono, wall_ms)
+        # requests behind the ones just judged, taken since their fence: looked up now
+        fences.set(ready)
+        self._sweep(ready, starting, wall_ms)
         # Committed in the background: the next round is judged meanwhile. A failed
         # commit rewinds both layers and prepares the pair again with a fresh producer.
         a.committer.launch(self._due(ready, mono))
@@ -327,12 +363,15 @@ class Gateway:
         for key in [k for k, s in self.busy.items() if not a.holds(s)]:
             del self.busy[key]
             fences.forget(key)
-        if mono - self._last_lag >= LAG_INTERVAL_S:
+        if mono - self._last_lag >= LAG_INTERVAL_S and (
+            self._lag_task is None or self._lag_task.done()
+        ):
             self._last_lag = mono
-            await self._lag()
+            # in the background: a position still being reset must not hold up a round
+            self._lag_task = asyncio.create_task(self._lag())
 
-    def _sweep(self, ready: list[PairSlot], mono: float, wall_ms: int) -> None:
-        sweep = [s for s in ready if s.pair.sweeping or mono == self._last_sweep]
+    def _sweep(self, ready: list[PairSlot], starting: set[PairKey], wall_ms: int) -> None:
+        sweep = [s for s in ready if s.pair.sweeping or s.key in starting]
         passes_done = [
             slot.pair.sweep(wall_ms, limit=SWEEP_SLICE, max_changes=SWEEP_CHANGES) for slot in sweep
         ]
@@ -375,26 +414,9 @@ class Gateway:
             self.status.recount(a.slots.values(), a.refused, a.denials.denied)
 
     async def _lag(self) -> None:
-        """Lag per agent and topic (summed over partitions), and each one's worst partition."""
+        """The lag gauges, read anew (a task of its own, every LAG_INTERVAL_S)."""
         assert self.consumer is not None
-        lag: dict[tuple[str, str], int] = {}
-        worst: dict[tuple[str, str], int] = {}
-        for tp in self.consumer.assignment():
-            found = self.names.classify(tp.topic)
-            if found is None:
-                continue
-            try:
-                # A growing pattern subscription lets the partitions go while a position
-                # is awaited (before the rebalance revokes them): aiokafka then asserts
-                # in `highwater`. Such a partition has no figure this time.
-                high = self.consumer.highwater(tp)
-                if high is None:
-                    continue
-                position = await asyncio.wait_for(self.consumer.position(tp), timeout=1)
-            except Exception:
-                continue
-            key = (found[0], tp.topic)
-            behind = max(0, high - position)
-            lag[key] = lag.get(key, 0) + behind
-            worst[key] = max(worst.get(key, 0), behind)
-        self.status.lag(lag, worst)
+        try:
+            self.status.lag(*await read_lag(self.consumer, self.names))
+        except Exception:
+            log.exception("internal error updating the lag gauges")

@@ -132,11 +132,21 @@ async def track_topics(producer: AIOKafkaProducer, topics: set[str]) -> None:
     finds no leader until it expires after `request_timeout_ms` (40 s): the commit,
     and the pair, hang that long. Tracking every written topic before the first
     write, and waiting for a metadata update that covers them, avoids it.
+
+    The wait is only for a topic the producer's metadata does not show yet. One it
+    shows (from its first fetch, of every topic) is tracked now and the update that
+    asks for it runs in the background; should that update narrow the metadata
+    before covering it, the sender finds no leader for the batch and asks for the
+    next update, which covers it. Waiting held each transaction of a fleet's first
+    minutes (each writing some agent's topics for the first time) for a metadata
+    round trip over every topic tracked.
     """
     client = producer.client
     added = [client.add_topic(topic) for topic in sorted(topics)]
     if all(f.done() for f in added):
         return  # all tracked already: the usual case, no round trip
+    if all(client.cluster.partitions_for_topic(topic) for topic in topics):
+        return  # shown, and tracked from now on
     try:
         async with asyncio.timeout(WRITTEN_TOPICS_METADATA_S):
             await asyncio.gather(*added)

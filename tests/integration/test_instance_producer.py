@@ -100,3 +100,47 @@ async def test_a_zombie_held_across_a_rebalance_is_fenced_by_the_group(
             for thread in threads[1:]:
                 await send_answer(ns, AGENT, thread)
             await forwarded_once(ns, AGENT, threads)
+
+
+async def test_with_two_producers_a_round_waits_for_no_other_transaction(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One producer per instance commits one transaction at a time: rounds asked for
+    meanwhile wait for it to end, then for their own. With `instance_producers = 2` a
+    round asked for while one transaction is open goes into the other producer's."""
+    ns = Namespace(kafka_bootstrap)
+    other = "duo"
+    for agent in (AGENT, other):
+        await ns.create_agent(agent, partitions=1)
+        await produce(ns.bootstrap, ns.events(agent), interrupted("t0"))
+    real_send_offsets = groupfence.send_offsets_to_transaction
+    held: dict[str, Any] = {"producer": None}
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def send_offsets(producer: Any, offsets: Any, group: Any) -> None:
+        if producer is held["producer"]:
+            entered.set()
+            await release.wait()
+        await real_send_offsets(producer, offsets, group)
+
+    monkeypatch.setattr(groupfence, "send_offsets_to_transaction", send_offsets)
+    settings = inprocess.settings_for(
+        ns, producer_scope="instance", instance_name="pool", instance_producers=2
+    )
+    async with running(settings) as gateway:
+        await eventually(lambda: gateway.ready()[0], "the gateway ready")
+        checkpoint = gateway.assignment.checkpoint  # type: ignore[union-attr]
+        assert isinstance(checkpoint, InstanceCheckpoint)
+        for key in (KEY, (other, 0)):
+            slot = gateway.assignment.slots[key]  # type: ignore[union-attr]
+            await eventually(lambda s=slot: s.committed.get(s.events_tp) == 2, "events committed")
+        held["producer"] = checkpoint._producers[0]
+        try:
+            await send_answer(ns, AGENT, "t0")  # its transaction waits before its offsets
+            await asyncio.wait_for(entered.wait(), timeout=60)
+            await send_answer(ns, other, "t0")  # goes into the second producer's transaction
+            await forwarded_once(ns, other, ["t0"])
+        finally:
+            release.set()
+        await forwarded_once(ns, AGENT, ["t0"])
+    assert checkpoint.transactional_id_of(1) == f"{ns.group}.instance.pool.1"

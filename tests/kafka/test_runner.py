@@ -130,10 +130,28 @@ class FakeConsumer:
         self.stopped = True
 
 
+class FakeMetadata:
+    """The topics a client's metadata tracks (every one exists)."""
+
+    def __init__(self) -> None:
+        self._topics: set[str] = set()
+        self.updates = 0
+        self.cluster = SimpleNamespace(partitions_for_topic=lambda t: {0})
+
+    def add_topic(self, topic: str) -> asyncio.Future[bool]:
+        if topic not in self._topics:
+            self.updates += 1
+        self._topics.add(topic)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(True)
+        return done
+
+
 class FakeOffsets:
     def __init__(self) -> None:
         self.ends: dict[TopicPartition, int] = {}
         self.lookups = 0
+        self._client = FakeMetadata()
 
     async def end_offsets(self, partitions):
         self.lookups += 1
@@ -238,6 +256,10 @@ class FakeMetadataClient:
     def __init__(self) -> None:
         self.tracked: set[str] = set()
         self.updates = 0
+        self.covered: set[str] = set()  # topics its metadata shows (an update covered them)
+        self.cluster = SimpleNamespace(
+            partitions_for_topic=lambda t: {0} if t in self.covered else None
+        )
 
     def add_topic(self, topic: str) -> asyncio.Future[bool]:
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -246,7 +268,12 @@ class FakeMetadataClient:
         else:
             self.tracked.add(topic)
             self.updates += 1  # aiokafka asks for an update covering the new topic
-            asyncio.get_running_loop().call_soon(done.set_result, True)
+
+            def updated() -> None:
+                self.covered.add(topic)
+                done.set_result(True)
+
+            asyncio.get_running_loop().call_soon(updated)
         return done
 
     async def force_metadata_update(self) -> bool:
@@ -338,9 +365,21 @@ async def assign(g: Gateway, *partitions: TopicPartition) -> None:
     await settle(g)
 
 
-async def run_round(g: Gateway, batch: dict) -> None:
-    """One round, and the commits it started (they run in the background)."""
+async def rounds(g: Gateway, batch: dict) -> None:
+    """One round, then one more each time a fence look-up it started lands (as the loop
+    runs them: a look-up runs in the background and wakes the loop)."""
     await g.round(batch)
+    while g.fences.looking_up():
+        await g.fences.wait()
+        if g.fences.landed.is_set():
+            g.fences.landed.clear()
+            await g.round({})
+
+
+async def run_round(g: Gateway, batch: dict) -> None:
+    """One round (with its look-ups' rounds), and the commits it started (they run in the
+    background)."""
+    await rounds(g, batch)
     await g.assignment.committer.drain()
 
 
@@ -521,7 +560,7 @@ async def test_a_revoke_while_one_commit_hangs_drops_that_pair_only(gw):
     gw.offsets.ends = {a_ev: 2, b_ev: 2}
     gw.consumer.positions.update({a_ev: 2, b_ev: 2})
     async with gw.assignment.lock:  # as the consumer loop runs it
-        await gw.round({**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)})
+        await rounds(gw, {**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)})
     while b_producer.sent == []:  # b commits in the background; a's commit hangs
         await asyncio.sleep(0)
     await gw.assignment.revoke({a_ev, a_rq, b_ev, b_rq})
@@ -549,25 +588,25 @@ async def test_a_revoke_while_a_round_hangs_drops_every_revoked_pair(gw):
     await assign(gw, a_ev, a_rq, b_ev, b_rq)
     a, b = gw.assignment.slots[("bot", 0)], gw.assignment.slots[("bot", 1)]
     gate = asyncio.Event()
-    looked_up = asyncio.Event()
-    ends = gw.offsets.end_offsets
+    asked = asyncio.Event()
+    position = gw.consumer.position
 
-    async def hanging_lookup(partitions):
-        looked_up.set()
+    async def hanging_position(tp):
+        asked.set()
         await gate.wait()
-        return await ends(partitions)
+        return await position(tp)
 
-    gw.offsets.end_offsets = hanging_lookup
+    gw.consumer.position = hanging_position
     gw.offsets.ends = {a_ev: 2, b_ev: 2}
     gw.consumer.positions.update({a_ev: 2, b_ev: 2})
     batch = {**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)}
 
     async def locked_round() -> None:
         async with gw.assignment.lock:  # as the consumer loop runs it
-            await gw.round(batch)
+            await rounds(gw, batch)
 
     round_ = asyncio.create_task(locked_round())
-    await looked_up.wait()  # the round waits for the fence lookup, holding the lock
+    await asked.wait()  # the round waits for the events position, holding the lock
     await gw.assignment.revoke({a_ev, a_rq, b_ev, b_rq})
     assert gw.assignment.slots == {} and gw.assignment.by_tp == {}
     assert gw.ready()[1]["dropped"] == ["bot/0", "bot/1"]
@@ -1031,12 +1070,12 @@ async def test_the_next_round_is_judged_while_one_commits_and_both_land_in_order
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
     async with gw.assignment.lock:
-        await gw.round(decided_round(ev, rq))  # round 1: forwards the answer; commit waits
+        await rounds(gw, decided_round(ev, rq))  # round 1: forwards the answer; commit waits
     slot = gw.assignment.slots[("bot", 0)]
     assert gw.assignment.committer.in_flight(slot) and made.sent == []
     second = rec(rq, 1, 6, answer_for("a", "r3"))
     async with gw.assignment.lock:
-        await gw.round({rq: [second]})  # round 2 judged on round 1's uncommitted state
+        await rounds(gw, {rq: [second]})  # round 2 judged on round 1's uncommitted state
     assert [r.topic for r in slot.pair.round.out] == ["agui.rejections"]  # already resumed
     assert made.sent == []  # nothing of either round visible yet
     made.commit_gate.set()
@@ -1058,8 +1097,8 @@ async def test_a_failed_commit_with_a_second_round_pending_rewinds_both(gw):
     gw.offsets.ends = {ev: 2}
     gw.consumer.positions[ev] = 2
     async with gw.assignment.lock:
-        await gw.round(decided_round(ev, rq))
-        await gw.round({rq: [rec(rq, 1, 6, answer_for("a", "r3"))]})
+        await rounds(gw, decided_round(ev, rq))
+        await rounds(gw, {rq: [rec(rq, 1, 6, answer_for("a", "r3"))]})
     slot = gw.assignment.slots[("bot", 0)]
     assert not slot.pair.round.empty()  # the second layer
     made.commit_gate.set()
@@ -1092,12 +1131,12 @@ async def test_a_slow_commit_holds_back_no_other_pair(gw):
     gw.offsets.ends = {a_ev: 2, b_ev: 2}
     gw.consumer.positions.update({a_ev: 2, b_ev: 2})
     async with gw.assignment.lock:
-        await gw.round({**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)})
+        await rounds(gw, {**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)})
     fast = producer(gw, ("bot", 1))
     while not fast.sent:
         await asyncio.sleep(0)
     async with gw.assignment.lock:  # the loop goes on while a's commit hangs
-        await gw.round({b_rq: [rec(b_rq, 1, 6, answer_for("a", "r3"))]})
+        await rounds(gw, {b_rq: [rec(b_rq, 1, 6, answer_for("a", "r3"))]})
     while len([t for t, _ in fast.sent if t == "agui.rejections"]) < 1:
         await asyncio.sleep(0)
     assert slow.sent == [] and gw.consumer.committed_offsets[b_rq] == 2
@@ -1180,3 +1219,83 @@ async def test_lag_skips_partitions_the_growing_subscription_let_go_while_it_rea
     lag = select(parse(text), "agui_gateway_consumer_lag")
     assert read == [read[0]]  # the other partition was skipped, not read
     assert sum(lag.values()) == gw.consumer.highwaters[read[0]]
+
+
+# --- fence look-ups in the background -------------------------------------------------------
+
+
+def hanging_lookups(g: Gateway) -> tuple[asyncio.Event, asyncio.Event]:
+    """Look-ups that wait for the returned gate; the other event is set when one starts."""
+    gate, started = asyncio.Event(), asyncio.Event()
+    ends = g.offsets.end_offsets
+
+    async def hanging(partitions):
+        started.set()
+        await gate.wait()
+        return await ends(partitions)
+
+    g.offsets.end_offsets = hanging
+    return gate, started
+
+
+async def test_a_fence_look_up_holds_up_no_other_pair(gw):
+    """A round awaited its look-up: every pair waited for the slowest one (seconds in a
+    fleet of 200 agents). Now a pair fenced by the fetch is judged while another's
+    look-up is under way, and that one is judged once its look-up lands."""
+    a_ev, a_rq = tps("bot", 0)
+    b_ev, b_rq = tps("bot", 1)
+    await assign(gw, a_ev, a_rq, b_ev, b_rq)
+    gate, started = hanging_lookups(gw)
+    gw.offsets.ends = {a_ev: 2}
+    gw.consumer.positions.update({a_ev: 2, b_ev: 2})
+    gw.consumer.fetched = {b_rq: (1, 1000), b_ev: (2, 1001)}  # b's fence comes from its fetch
+    batch = {**decided_round(a_ev, a_rq), **decided_round(b_ev, b_rq)}
+    # (bounded only so that a round that waits for the look-up fails rather than hangs)
+    await asyncio.wait_for(gw.round(batch), timeout=30)
+    assert gw.fences.looking_up()
+    await started.wait()
+    a, b = gw.assignment.slots[("bot", 0)], gw.assignment.slots[("bot", 1)]
+    assert a.pair.merge.requests and not b.pair.merge.requests  # b judged, a waits
+    gate.set()
+    await gw.fences.wait()
+    assert gw.fences.landed.is_set()  # the loop runs the next round at once
+    await run_round(gw, {})
+    assert forwards(gw) == 2 and gw.offsets.lookups == 1
+
+
+async def test_a_look_up_covers_only_the_requests_buffered_when_it_started(gw):
+    """A request taken while a look-up is under way arrived after the end offset it
+    reads may have been taken: it needs a fence of its own."""
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    gate, started = hanging_lookups(gw)
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    await gw.round(decided_round(ev, rq))
+    await started.wait()
+    await gw.round({rq: [rec(rq, 1, 6, answer_for("a", "r3"))]})  # while it is under way
+    gate.set()
+    await run_round(gw, {})  # the first lands; the second request looks up again
+    assert gw.offsets.lookups == 2
+    sent = [t for t, _ in producer(gw).sent if t != "agui.bot.gateway-changelog"]
+    assert sent == ["agui.bot.run-requests", "agui.rejections"]
+
+
+async def test_a_failed_look_up_is_tried_again_by_a_later_round(gw, caplog):
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    ends = gw.offsets.end_offsets
+    failures = [KafkaError("broker busy")]
+
+    async def flaky(partitions):
+        if failures:
+            raise failures.pop()
+        return await ends(partitions)
+
+    gw.offsets.end_offsets = flaky
+    gw.offsets.ends = {ev: 2}
+    gw.consumer.positions[ev] = 2
+    await run_round(gw, decided_round(ev, rq))
+    assert forwards(gw) == 0 and "end offsets lookup failed" in caplog.text
+    await run_round(gw, {})
+    assert forwards(gw) == 1

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway.codec.records import OutRecord
-from gateway.kafka.transaction import send_batched
+from gateway.kafka import transaction
+from gateway.kafka.transaction import send_batched, track_topics
 
 
 class SmallBatch:
@@ -89,3 +90,50 @@ async def test_nothing_to_send_sends_nothing() -> None:
     producer = Producer()
     assert await send_batched(producer, []) == []  # type: ignore[arg-type]
     assert producer.batches == []
+
+
+# --- tracking the topics a transaction writes -------------------------------------------------
+
+
+class Tracking:
+    """A producer's metadata: what it tracks, what it shows; its updates never end here."""
+
+    def __init__(self, shown: set[str]) -> None:
+        self._topics: set[str] = set()
+        self.pending: list[asyncio.Future[bool]] = []
+        self.cluster = SimpleNamespace(partitions_for_topic=lambda t: {0} if t in shown else None)
+
+    def add_topic(self, topic: str) -> asyncio.Future[bool]:
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if topic in self._topics:
+            done.set_result(True)
+        else:
+            self._topics.add(topic)
+            self.pending.append(done)  # an update that covers it, still to come
+        return done
+
+    async def force_metadata_update(self) -> bool:
+        await asyncio.Event().wait()  # never
+        return True
+
+
+async def test_topics_the_metadata_shows_are_tracked_without_waiting_for_an_update(
+    monkeypatch, caplog
+) -> None:
+    """A fleet's first transactions each wrote some agent's topics for the first time, and
+    each waited for a metadata update over every tracked topic before sending."""
+    monkeypatch.setattr(transaction, "WRITTEN_TOPICS_METADATA_S", 0.01)
+    client = Tracking(shown={"a.run-requests", "a.changelog"})
+    await track_topics(SimpleNamespace(client=client), {"a.run-requests", "a.changelog"})
+    assert client._topics == {"a.run-requests", "a.changelog"}  # tracked from now on
+    assert all(not f.done() for f in client.pending)  # the update was not waited for
+    assert "metadata update for written topics failed" not in caplog.text
+
+
+async def test_a_topic_the_metadata_does_not_show_yet_is_waited_for(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(transaction, "WRITTEN_TOPICS_METADATA_S", 0.01)
+    client = Tracking(shown={"a.run-requests"})
+    await track_topics(SimpleNamespace(client=client), {"a.run-requests", "fresh-replies"})
+    assert client._topics == {"a.run-requests", "fresh-replies"}
+    # it waited (here until its bound, as this update never comes), then went on
+    assert "metadata update for written topics failed" in caplog.text

@@ -1,0 +1,41 @@
+"""When pairs' sweep passes start: every ready pair once per interval, a few a round."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from gateway.kafka.sweeps import PAIR_COST, SweepPlan
+
+
+def slot(key: tuple[str, int], threads: int = 0, ready: bool = True) -> SimpleNamespace:
+    pair = SimpleNamespace(store=[None] * threads, sweeping=False)
+    return SimpleNamespace(key=key, ready=ready, pair=pair)
+
+
+def test_a_fleets_passes_start_spread_over_rounds_each_pair_once_per_interval() -> None:
+    """All 800 pairs' passes started in one round, which then took up to 1.4 s."""
+    slots = {(f"a{n}", p): slot((f"a{n}", p)) for n in range(200) for p in range(4)}
+    plan = SweepPlan(interval_s=10.0, budget=1000)
+    rounds = [plan.starting(slots, 100.0 + r * 0.1) for r in range(20)]
+    per_round = 1000 // PAIR_COST
+    assert len(rounds[0]) == per_round and all(len(r) <= per_round for r in rounds)
+    started = [s.key for r in rounds for s in r]
+    assert sorted(started) == sorted(slots)  # each ready pair once
+    assert plan.starting(slots, 105.0) == []  # not again before the interval
+    assert len(plan.starting(slots, 110.1)) == per_round  # the next interval begins
+
+
+def test_pairs_not_ready_or_still_sweeping_are_skipped_and_a_large_one_goes_alone() -> None:
+    big = slot(("big", 0), threads=5000)
+    busy = slot(("busy", 0))
+    busy.pair.sweeping = True
+    slots = {
+        ("big", 0): big,
+        ("off", 0): slot(("off", 0), ready=False),
+        ("busy", 0): busy,
+        ("small", 0): slot(("small", 0)),
+    }
+    plan = SweepPlan(interval_s=10.0, budget=1000)
+    assert plan.starting(slots, 50.0) == [big]  # its slice alone fills the round
+    assert plan.starting(slots, 50.1) == [slots[("small", 0)]]  # busy one skipped
+    assert plan.starting(slots, 50.2) == []
