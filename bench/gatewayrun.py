@@ -33,6 +33,7 @@ from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry
 
 from bench.broker import REPO_ROOT, Admin
+from gateway.commands import collector
 from gateway.kafka.assignment import Assignment
 from gateway.kafka.round import Round
 from gateway.kafka.runner import Gateway
@@ -235,9 +236,10 @@ async def run_in_process(
     gateway.armed = when_ready is None
     gateway.targets_final = when_ready is None
     stop = asyncio.Event()
-    # The bench's own objects (the workload) must not make the gateway's collections slower.
-    gc.collect()
-    gc.freeze()
+    # The bench's own objects (the workload) must not make the gateway's collections slower,
+    # and the gateway runs with the service's collector settings (`agui-gateway run`'s).
+    thresholds = gc.get_threshold()
+    collector.configure()
     started = time.perf_counter()
     task = asyncio.create_task(gateway.run(stop))
     waiter = asyncio.create_task(gateway.done.wait())
@@ -275,6 +277,7 @@ async def run_in_process(
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, timeout=60)
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
     assert gateway.first is not None and gateway.done_at is not None
     all_ready = gateway.all_ready_at or gateway.first
     start = max(gateway.first, all_ready)

@@ -107,6 +107,7 @@ class Gateway:
         self.busy: dict[PairKey, PairSlot] = {}  # pairs with records, pending work or a sweep
         self.fences: Fences | None = None
         self._running = False
+        self._recount_due = False
         self.sweeps = SweepPlan(settings.sweep_interval_s, SWEEP_SLICE)
         self._last_lag = 0.0
         self._lag_task: asyncio.Task[None] | None = None
@@ -409,6 +410,19 @@ class Gateway:
     # --- gauges -------------------------------------------------------------------------------
 
     def _recount(self) -> None:
+        """Recount once the changes of this turn of the loop are made: a group fence
+        drops every pair one after another, and a recount each walks every pair."""
+        if self._recount_due:
+            return
+        try:
+            asyncio.get_running_loop().call_soon(self._recount_now)
+        except RuntimeError:  # no loop: at once
+            self._recount_now()
+            return
+        self._recount_due = True
+
+    def _recount_now(self) -> None:
+        self._recount_due = False
         a = self.assignment
         if a is not None:
             self.status.recount(a.slots.values(), a.refused, a.denials.denied)

@@ -1299,3 +1299,19 @@ async def test_a_failed_look_up_is_tried_again_by_a_later_round(gw, caplog):
     assert forwards(gw) == 0 and "end offsets lookup failed" in caplog.text
     await run_round(gw, {})
     assert forwards(gw) == 1
+
+
+async def test_pairs_dropped_together_are_recounted_once(gw, monkeypatch):
+    pairs = [tp for p in range(8) for tp in tps("bot", p)]
+    await assign(gw, *pairs)
+    walks: list[int] = []
+    recount = gw.status.recount
+    monkeypatch.setattr(
+        gw.status, "recount", lambda slots, *rest: (walks.append(1), recount(slots, *rest))
+    )
+    for key in list(gw.assignment.slots):
+        await gw.assignment.fenced(gw.assignment.slots[key])  # a group fence drops them all
+    assert walks == []  # not one walk over every pair per pair dropped
+    await asyncio.sleep(0)
+    assert walks == [1] and gw.assignment.slots == {}
+    assert gauge(gw, "threads", agent="bot") == 0
