@@ -187,18 +187,16 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("KAFKA_HEAP_OPTS", FLEET_BROKER_HEAP)
     if args.repeat:
         size = dataclasses.replace(size, repeat=args.repeat)
-    for setting in args.gateway_setting:
-        key, sep, value = setting.partition("=")
-        if not sep or not key.strip():
-            print(f"bench: --gateway-setting takes KEY=VALUE, not {setting!r}", file=sys.stderr)
-            return 2
-        gatewayrun.SETTING_OVERRIDES[key.strip().lower()] = value
-    for setting in args.fleet_setting:
-        key, sep, value = setting.partition("=")
-        if not sep or not key.strip():
-            print(f"bench: --fleet-setting takes KEY=VALUE, not {setting!r}", file=sys.stderr)
-            return 2
-        fleet_scenario.SETTINGS[key.strip().lower()] = value
+    for flag, given, into in (
+        ("--gateway-setting", args.gateway_setting, gatewayrun.SETTING_OVERRIDES),
+        ("--fleet-setting", args.fleet_setting, fleet_scenario.SETTINGS),
+    ):
+        for setting in given:
+            key, sep, value = setting.partition("=")
+            if not sep or not key.strip():
+                print(f"bench: {flag} takes KEY=VALUE, not {setting!r}", file=sys.stderr)
+                return 2
+            into[key.strip().lower()] = value
     started = time.perf_counter()
     broker = brokers.ensure_broker(args.bootstrap)
     work = Path(tempfile.mkdtemp(prefix="agui-bench-"))

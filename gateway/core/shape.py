@@ -108,11 +108,8 @@ def read_input(raw: dict[str, Any]) -> Shape:
     every reading to.
     """
     shape = Shape(raw=raw)
-    if not _shallow(raw):
-        bad_tags = _non_text_tags(raw)
-        if bad_tags:
-            shape.malformed = bad_tags
-            return shape
+    if _tags_malformed(shape, raw):
+        return shape
     try:
         checked = lenient().validate_python(raw, strict=True)
     except ValidationError as exc:
@@ -133,12 +130,18 @@ def read_by_errors(raw: dict[str, Any]) -> Shape:
     """`read_input` by the strict validator's errors alone, each read in turn: what
     `read_input` falls back to, and the reading its faster paths must equal."""
     shape = Shape(raw=raw)
-    if not _shallow(raw):
-        bad_tags = _non_text_tags(raw)
-        if bad_tags:
-            shape.malformed = bad_tags
-            return shape
+    if _tags_malformed(shape, raw):
+        return shape
     return _by_errors(shape, raw)
+
+
+def _tags_malformed(shape: Shape, raw: dict[str, Any]) -> bool:
+    """A deep input whose union tags are not all text is malformed before any validator
+    meets it (recorded in `shape.malformed`)."""
+    if _shallow(raw):
+        return False
+    shape.malformed = _non_text_tags(raw)
+    return bool(shape.malformed)
 
 
 def _by_errors(shape: Shape, raw: dict[str, Any]) -> Shape:
