@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     """Consumer poll timeout."""
     max_poll_records: int = Field(default=2000, ge=1)
     """Records per poll."""
-    fetch_max_wait_ms: int = Field(default=2000, ge=0, le=30000)
+    fetch_max_wait_ms: int = Field(default=500, ge=0, le=30000)
     """How long the broker holds the consumer's fetch while none of its partitions has
     new records (it answers as soon as one has). Longer: fewer empty fetches while idle,
     each of which decodes an entry per assigned partition. A partition resumed (its pair
