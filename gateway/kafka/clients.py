@@ -213,7 +213,9 @@ async def know_topics(client: AIOKafkaConsumer, topics: Iterable[str]) -> None:
     Left to itself, an offsets look-up adds the first partition's topic it does not
     know, fails, and tries again 100 ms later: a look-up over a fleet's topics new to
     the client took one attempt per topic (seconds). Once a client tracks topics it
-    asks only for those, so every topic it looks up must be tracked."""
+    asks only for those, so every topic it looks up must be tracked. Never for a
+    subscribed consumer: tracking a topic there would narrow the metadata its pattern
+    subscription reads."""
     net = client._client
     topics = set(topics)
     waits = [net.add_topic(topic) for topic in topics if topic not in net._topics]

@@ -30,19 +30,6 @@ log = logging.getLogger("gateway.runner")
 CONCURRENT_RESTORES = 4
 
 
-async def _track(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
-    """Have a consumer without a subscription track `topics`, all in one metadata update.
-
-    aiokafka's offset look-ups learn an unknown topic per try (a metadata round trip
-    and a backoff each). Never for a subscribed consumer: tracking a topic there
-    would narrow the metadata its pattern subscription reads.
-    """
-    client = consumer._client
-    added = [client.add_topic(t) for t in topics if t not in client._topics]
-    if added:
-        await asyncio.gather(*added)
-
-
 @dataclass
 class Restored:
     store: ThreadStore
@@ -95,7 +82,7 @@ class Restorer:
     async def _committed_sizes(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """How many offsets lie between each partition's first one and its last stable one."""
         assert self.consumer is not None
-        await _track(self.consumer, {tp.topic for tp in tps})
+        await clients.know_topics(self.consumer, {tp.topic for tp in tps})
         starts = await self.consumer.beginning_offsets(tps)
         ends = await self.consumer.end_offsets(tps)
         return {tp: ends[tp] - starts[tp] for tp in tps}

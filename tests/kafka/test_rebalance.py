@@ -191,7 +191,16 @@ class Bounds:
     def __init__(self, starts: dict[TopicPartition, int], ends: dict[TopicPartition, int]):
         self.starts, self.ends = starts, ends
         self.asked: list[list[TopicPartition]] = []
-        self._client = SimpleNamespace(_topics=set(), add_topic=self._add_topic)
+        self._client = SimpleNamespace(
+            _topics=set(),
+            add_topic=self._add_topic,
+            cluster=SimpleNamespace(partitions_for_topic=self._partitions),
+        )
+
+    def _partitions(self, topic: str) -> set[int] | None:
+        """What the metadata shows once a topic is tracked (its update is done)."""
+        found = {tp.partition for tp in self.ends if tp.topic == topic}
+        return found if topic in self._client._topics and found else None
 
     def _add_topic(self, topic: str) -> asyncio.Future[bool]:
         self._client._topics.add(topic)
