@@ -105,9 +105,14 @@ class Settings(BaseSettings):
     fetch_max_wait_ms: int = Field(default=500, ge=0, le=30000)
     """How long the broker holds the consumer's fetch while none of its partitions has
     new records (it answers as soon as one has). Longer: fewer empty fetches while idle,
-    each of which decodes an entry per assigned partition. A partition resumed (its pair
+    each of which costs CPU (little with fetch_sessions). A partition resumed (its pair
     restored) or rewound joins the next fetch, so while nothing else arrives its first
     records can wait this long."""
+    fetch_sessions: bool = True
+    """Fetch in incremental fetch sessions (KIP-227): a fetch names only the partitions
+    whose offsets changed and its response only those with records, rather than one
+    entry for every assigned partition each way. False: every fetch in full, as
+    aiokafka sends it."""
     commit_interval_ms: int = Field(
         default=1000, ge=1
     )  # most delay for offsets of state-neutral records

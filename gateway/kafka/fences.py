@@ -22,7 +22,7 @@ import logging
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from gateway.kafka import clients
+from gateway.kafka import clients, fetchsessions
 from gateway.kafka.slot import PairKey, PairSlot
 
 log = logging.getLogger("gateway.runner")
@@ -124,12 +124,18 @@ class Fences:
         it was built after the requests were appended, so its last stable offset is a
         valid fence (read_committed: what the end-offsets lookup would answer, or
         later). A paused or buffered events partition is not fetched: its figure is
-        stale, and the lookup decides.
+        stale, and the lookup decides. In a fetch session a quiet partition is left
+        out of responses; the session's figure for it holds as of its latest response
+        (`fetchsessions`), and the consumer's own as of the last response naming it.
         """
         taken = self._taken_at.get(slot.key)
         if taken is None or slot.events_tp is None or slot.requests_tp is None:
             return None
-        found = clients.fetched_end(self.consumer, slot.events_tp, slot.requests_tp)
-        if found is None or found[1] <= taken:
-            return None
-        return found[0]
+        sessions = fetchsessions.installed(self.consumer)
+        for found in (
+            sessions.fetched_end(slot.events_tp, slot.requests_tp) if sessions else None,
+            clients.fetched_end(self.consumer, slot.events_tp, slot.requests_tp),
+        ):
+            if found is not None and found[1] > taken:
+                return found[0]
+        return None

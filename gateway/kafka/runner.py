@@ -33,7 +33,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord
 
-from gateway.kafka import clients
+from gateway.kafka import clients, fetchsessions
 from gateway.kafka.assignment import Assignment
 from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.checkpoint import Checkpoint
@@ -185,6 +185,8 @@ class Gateway:
             heartbeat_interval_ms=s.heartbeat_interval_ms,
         )
         await self.consumer.start()
+        if s.fetch_sessions:
+            fetchsessions.install(self.consumer)
         # End offsets for the fence come from a client of their own: a broker answers a
         # connection's requests in order, so on the consumer's connection the lookup
         # waits behind a long-polling fetch (up to fetch_max_wait_ms) whenever the
