@@ -243,5 +243,3 @@ def install(consumer: AIOKafkaConsumer) -> FetchSessions:
 def installed(consumer: AIOKafkaConsumer) -> FetchSessions | None:
     client = getattr(getattr(consumer, "_fetcher", None), "_client", None)
     return client if isinstance(client, FetchSessions) else None
-
-

@@ -60,7 +60,9 @@ class ScriptedBroker:
 
     async def send(self, node_id: int, request: Any, **kwargs: Any) -> Any:
         answer = self.answers.pop(0)
-        struct_class = FetchRequest_v4 if getattr(answer, "API_VERSION", 11) < 7 else FetchRequest_v11
+        struct_class = (
+            FetchRequest_v4 if getattr(answer, "API_VERSION", 11) < 7 else FetchRequest_v11
+        )
         self.sent.append(request.build(struct_class))
         if isinstance(answer, BaseException):
             raise answer
@@ -79,7 +81,10 @@ ALL = {("a", 0): 10, ("a", 1): 20, ("b", 0): 5}
 
 
 async def exchange(
-    broker: ScriptedBroker, sessions: FetchSessions, offsets: dict[tuple[str, int], int], answer: Any
+    broker: ScriptedBroker,
+    sessions: FetchSessions,
+    offsets: dict[tuple[str, int], int],
+    answer: Any,
 ) -> Any:
     broker.answers.append(answer)
     await sessions.send(NODE, fetch(offsets))
@@ -202,9 +207,12 @@ def test_the_wire_request_encodes_the_session_fields() -> None:
     encoded = struct.encode()
     assert (struct.session_id, struct.session_epoch) == (7, 3)
     assert struct.forgotten_topics_data == [("b", [0])]
-    assert encoded == FetchRequest_v11(
-        -1, 500, 1, 52428800, 1, 7, 3, [("a", [(1, -1, 25, -1, 1048576)])], [("b", [0])], ""
-    ).encode()
+    assert (
+        encoded
+        == FetchRequest_v11(
+            -1, 500, 1, 52428800, 1, 7, 3, [("a", [(1, -1, 25, -1, 1048576)])], [("b", [0])], ""
+        ).encode()
+    )
 
 
 # --- against the real broker ------------------------------------------------------------
@@ -287,8 +295,8 @@ async def test_a_consumer_in_sessions_reads_exactly_the_committed_records(
         # later fetches name only moved partitions: never all of them again
         assert max(tap.requests[1:]) <= len(busy)
         assert max(tap.responses[1:]) <= len(busy)
-        quiet = [n for n, (q, r) in enumerate(zip(tap.requests, tap.responses)) if q == r == 0]
-        assert len(quiet) >= 3, (tap.requests, tap.responses)
+        quiet = sum(q == r == 0 for q, r in zip(tap.requests, tap.responses, strict=True))
+        assert quiet >= 3, (tap.requests, tap.responses)
         # the figures kept for the fence are the broker's end offsets
         ends = await consumer.end_offsets(busy)
         quiet_tp = TopicPartition(topics[1], 0)
