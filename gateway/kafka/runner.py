@@ -33,7 +33,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord
 
-from gateway.kafka import clients, fetchsessions
+from gateway.kafka import clients, fetchsessions, fetchwalk
 from gateway.kafka.assignment import Assignment
 from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.checkpoint import Checkpoint
@@ -185,6 +185,7 @@ class Gateway:
             heartbeat_interval_ms=s.heartbeat_interval_ms,
         )
         await self.consumer.start()
+        fetchwalk.install(self.consumer)
         if s.fetch_sessions:
             fetchsessions.install(self.consumer)
         # End offsets for the fence come from a client of their own: a broker answers a

@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.protocol.fetch import FetchRequest, FetchRequest_v4, FetchRequest_v11
 
-from gateway.kafka import fetchsessions
+from gateway.kafka import fetchsessions, fetchwalk
 from gateway.kafka.fetchsessions import FetchSessions, SessionRequest
 from tests.integration.conftest import (  # noqa: F401  (the fixtures)
     CreateTopics,
@@ -260,6 +260,7 @@ async def test_a_consumer_in_sessions_reads_exactly_the_committed_records(
     await consumer.start()
     await producer.start()
     try:
+        fetchwalk.install(consumer)  # as the gateway runs it
         sessions = fetchsessions.install(consumer)
         assert fetchsessions.installed(consumer) is sessions
         tap = Tap(sessions)
