@@ -35,8 +35,10 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -55,6 +57,7 @@ from bench.outside import (
 from bench.report import Figure, figure, percentile
 from bench.scenarios.latency import REQUESTS_PER_THREAD, _cpu_seconds
 from bench.workload import EXPECTED, DecisionWorkload, Request
+from gateway.kafka.clients import know_topics
 from gateway.kafka.topics import agent_topic_layout
 from gateway.settings import Settings
 
@@ -107,10 +110,24 @@ async def create_agents(admin: Admin, fleet: Fleet, agents: list[str]) -> None:
         await admin.create({n: layout[n] for n in names[start : start + CREATE_BATCH]})
 
 
+async def learn_topics(producer: AIOKafkaProducer, topics: Iterable[str]) -> None:
+    """The producer's metadata tracks every one of `topics`, learned in one update.
+
+    Left to itself, a producer learns a topic at its first send to it: one metadata
+    update each, every one asking for all the topics tracked so far and retried 100 ms
+    later while the topic is missing. A thousand agents' topics took minutes that way
+    (and, in the load, held up the first request to each agent). The gateway's
+    `know_topics` does it for a consumer, whose client is `_client`; a producer's is
+    `client`.
+    """
+    await know_topics(cast(AIOKafkaConsumer, SimpleNamespace(_client=producer.client)), topics)
+
+
 async def produce_events(bootstrap: str, records: list[tuple[str, int, bytes, bytes]]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
     await producer.start()
     try:
+        await learn_topics(producer, {topic for topic, _, _, _ in records})
         pending = [
             await producer.send(topic, value, key=key, partition=partition)
             for topic, partition, key, value in records
@@ -152,6 +169,9 @@ class Load:
             isolation_level="read_committed",
         )
         await self.producer.start()
+        await learn_topics(
+            self.producer, {self.fleet.topic(a, "requests") for a in self.fleet.agents}
+        )
         await self.consumer.start()
         tps = [
             TopicPartition(self.fleet.topic(a, "run-requests"), p)

@@ -1,4 +1,4 @@
-"""How far the consumer is behind: per agent and topic, and each one's worst partition.
+"""How far the consumer is behind: per agent and topic role, and each one's worst partition.
 
 Read every `LAG_INTERVAL_S` by a task of its own (a position still being reset is
 awaited, up to a second, and must not hold up a round).
@@ -12,13 +12,13 @@ from aiokafka import AIOKafkaConsumer
 
 from gateway.kafka.topics import TopicNames
 
-LagKey = tuple[str, str]  # (agent, topic)
+LagKey = tuple[str, str]  # (agent, role): "events" or "requests", not the topic's name
 
 
 async def read_lag(
     consumer: AIOKafkaConsumer, names: TopicNames
 ) -> tuple[dict[LagKey, int], dict[LagKey, int]]:
-    """Lag per agent and topic (summed over partitions), and each one's worst partition."""
+    """Lag per agent and role (summed over partitions), and each one's worst partition."""
     lag: dict[LagKey, int] = {}
     worst: dict[LagKey, int] = {}
     for tp in consumer.assignment():
@@ -36,7 +36,7 @@ async def read_lag(
                 position = await consumer.position(tp)
         except Exception:
             continue
-        key = (found[0], tp.topic)
+        key = found
         behind = max(0, high - position)
         lag[key] = lag.get(key, 0) + behind
         worst[key] = max(worst.get(key, 0), behind)

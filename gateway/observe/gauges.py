@@ -2,9 +2,21 @@
 
 The runner publishes a new `GaugeSnapshot` (an immutable value, replaced whole)
 when what it shows changes; a scrape, perhaps rendered in another thread, reads
-whichever snapshot is current and never touches the pairs themselves. Nothing
-is labelled by partition: lag is summed per agent and topic, and the worst
-partition of each has a gauge of its own.
+whichever snapshot is current and never touches the pairs themselves.
+
+Nothing is labelled by partition, nor by topic name: lag is kept per agent and
+topic role (`events` or `requests`, the role naming the topic together with the
+agent), summed over the agent's partitions held here, with the worst partition
+of each on a gauge of its own. What reaches /metrics follows `AgentDetail`:
+
+- `full`: both lag gauges per agent and role, as kept.
+- `dashboard`: one series an agent for each gauge of pair state, so that an
+  instance holding a thousand agents stays under 200 KB even with every agent
+  busy: `threads` and `interrupts_open` per agent; `consumer_lag` per agent,
+  summed over both roles, and only while the agent is behind (a caught-up agent
+  has no series: absent is zero); `consumer_lag_partition_max` per role over
+  all the agents held, always present, so that "how far behind is the worst
+  partition" has an answer (zero) when nothing lags.
 """
 
 from __future__ import annotations
@@ -17,7 +29,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.observe.detail import AgentDetail
+
 PREFIX = "agui_gateway_"
+ROLES = ("events", "requests")  # the `topic` label of the lag gauges
 _EMPTY: Mapping = MappingProxyType({})
 
 
@@ -37,14 +52,14 @@ class GaugeSnapshot:
     denied: tuple[tuple[str, str, str], ...] = ()  # (agent, operation, resource)
     lag: Mapping[tuple[str, str], int] = field(
         default_factory=lambda: _EMPTY
-    )  # (agent, topic) -> summed lag
+    )  # (agent, role) -> lag summed over the agent's partitions of that role
     lag_max: Mapping[tuple[str, str], int] = field(
         default_factory=lambda: _EMPTY
-    )  # worst partition's lag
+    )  # (agent, role) -> the worst of those partitions' lag
 
 
-# name, help, labels: what the collector describes (also with no sample yet)
-FAMILIES = {
+# name -> help, labels: what the collector describes (also with no sample yet), under `full`
+FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "threads": ("Threads held in state.", ("agent",)),
     "interrupts_open": ("Open interrupts held.", ("agent",)),
     "pairs_restoring": ("Assigned partition pairs not yet restored and consuming.", ()),
@@ -55,19 +70,63 @@ FAMILIES = {
         ("agent", "operation", "resource"),
     ),
     "consumer_lag": (
-        "Records behind the end, summed over the agent's assigned partitions of a topic.",
+        "Records behind the end, summed over the agent's assigned partitions of a topic "
+        "(topic: its role, events or requests).",
         ("agent", "topic"),
     ),
     "consumer_lag_partition_max": (
-        "Records behind the end of the agent's worst assigned partition of a topic.",
+        "Records behind the end of the agent's worst assigned partition of a topic "
+        "(topic: its role, events or requests).",
         ("agent", "topic"),
     ),
 }
+# under `dashboard`, the families whose labels (and meaning) differ
+DASHBOARD_FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "consumer_lag": (
+        "Records behind the end, summed over the agent's assigned partitions of both "
+        "topics; only while the agent is behind (no series: caught up).",
+        ("agent",),
+    ),
+    "consumer_lag_partition_max": (
+        "Records behind the end of the worst assigned partition of a topic role (events "
+        "or requests), over all the agents held.",
+        ("topic",),
+    ),
+}
+
+Values = list[tuple[tuple[str, ...], float]]
+
+
+def families(detail: AgentDetail) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Help and labels of each family under `detail`."""
+    if detail is AgentDetail.FULL:
+        return FAMILIES
+    return {**FAMILIES, **DASHBOARD_FAMILIES}
+
+
+def lag_values(s: GaugeSnapshot, detail: AgentDetail) -> tuple[Values, Values]:
+    """The series of `consumer_lag` and `consumer_lag_partition_max` under `detail`."""
+    if detail is AgentDetail.FULL:
+        return [(k, v) for k, v in s.lag.items()], [(k, v) for k, v in s.lag_max.items()]
+    behind: dict[str, int] = {}
+    for (agent, _), value in s.lag.items():
+        if value > 0:
+            behind[agent] = behind.get(agent, 0) + value
+    worst = dict.fromkeys(ROLES, 0)
+    for (_, role), value in s.lag_max.items():
+        worst[role] = max(worst.get(role, 0), value)
+    return [((a,), v) for a, v in behind.items()], [((r,), v) for r, v in worst.items()]
 
 
 class GaugeCollector(Collector):
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        detail: AgentDetail = AgentDetail.FULL,
+    ) -> None:
         self.snapshot = GaugeSnapshot()
+        self.families = families(detail)
+        self.detail = detail
         if registry is not None:
             registry.register(self)
 
@@ -75,21 +134,22 @@ class GaugeCollector(Collector):
         self.snapshot = snapshot  # one reference replaced: a scrape sees old or new, whole
 
     def describe(self) -> Iterator[Metric]:
-        for name, (doc, labels) in FAMILIES.items():
+        for name, (doc, labels) in self.families.items():
             yield GaugeMetricFamily(PREFIX + name, doc, labels=list(labels))
 
     def collect(self) -> Iterator[Metric]:
         s = self.snapshot
-        values: dict[str, list[tuple[tuple[str, ...], float]]] = {
+        lag, lag_max = lag_values(s, self.detail)
+        values: dict[str, Values] = {
             "threads": [((a,), v) for a, v in s.threads.items()],
             "interrupts_open": [((a,), v) for a, v in s.open_interrupts.items()],
             "pairs_restoring": [((), s.restoring)],
             "agent_refused": [((a,), 1) for a in s.refused],
             "permission_denied": [(labels, 1) for labels in s.denied],
-            "consumer_lag": [(k, v) for k, v in s.lag.items()],
-            "consumer_lag_partition_max": [(k, v) for k, v in s.lag_max.items()],
+            "consumer_lag": lag,
+            "consumer_lag_partition_max": lag_max,
         }
-        for name, (doc, labels) in FAMILIES.items():
+        for name, (doc, labels) in self.families.items():
             family = GaugeMetricFamily(PREFIX + name, doc, labels=list(labels))
             for label_values, value in values[name]:
                 family.add_metric(list(label_values), float(value))

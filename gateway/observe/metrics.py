@@ -3,16 +3,20 @@
 Only the shell updates them. No thread or run id ever becomes a label;
 free-form values (interrupt reasons, event types) fold into bounded labels.
 
-The label policy lives here, in one place. The shell counts everything per
-agent: `metrics.requests.labels(agent, verdict).inc()`. What reaches /metrics
-depends on `AgentDetail` (the `metrics_agent_detail` setting):
+The label policy lives here (the counters) and in gauges.py (the gauges of
+pair state). The shell counts everything per agent:
+`metrics.requests.labels(agent, verdict).inc()`. What reaches /metrics depends
+on `AgentDetail` (the `metrics_agent_detail` setting):
 
-- `dashboard` (the default, sized for fleets): `agent` stays on the request
-  verdicts (which agents' clients are forwarded, rejected, duplicated); the
-  detail (event type, rejection reason, warning code, rule, interrupt reason,
-  run outcome, expiries, merge waits) is counted over all agents, and the
-  interrupt response histogram by reason only (`DASHBOARD_LABELS`). The gauges
-  of pair state (`threads`, `interrupts_open`, ...) are per agent under both.
+- `dashboard` (the default, sized for fleets: under 200 KB at a thousand
+  agents): what an agent *is* stays per agent, what *happened* is counted over
+  all agents. The gauges of pair state (threads, open interrupts, lag) keep
+  `agent`, one series an agent each (gauges.py); every counter and histogram
+  counts its detail (verdict, event type, rejection reason, warning code, rule,
+  interrupt reason, run outcome, expiries, merge waits) over all agents, the
+  interrupt response histogram by reason only (`DASHBOARD_LABELS`). An agent's
+  verdicts cost two to three series; its state only the gateway knows, while
+  every rejection is a record naming its agent on the rejections topic.
 - `full`: every family keeps `agent` next to its detail (small deployments).
 
 The families keep their names under both, so queries written as
@@ -33,13 +37,13 @@ structures the loop mutates.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import StrEnum
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from gateway import __version__
 from gateway.core.classify import KNOWN_TYPES
+from gateway.observe.detail import AgentDetail
 from gateway.observe.gauges import GaugeCollector
 
 PREFIX = "agui_gateway_"
@@ -101,13 +105,6 @@ def event_type_label(event_type: object) -> str:
     return event_type if isinstance(event_type, str) and event_type in KNOWN_TYPES else "unknown"
 
 
-class AgentDetail(StrEnum):
-    """Which series carry the `agent` label (the `metrics_agent_detail` setting)."""
-
-    DASHBOARD = "dashboard"
-    FULL = "full"
-
-
 # --- the label policy -------------------------------------------------------------------
 # Families the shell updates per agent, by attribute, with their labels as the shell
 # passes them (`agent` first). Under `full` every one of them is exported.
@@ -127,13 +124,12 @@ PER_AGENT_CALLS: dict[str, tuple[str, ...]] = {
     "protocol_violations": ("agent", "rule"),
     "merge_wait_expired": ("agent",),
 }
-# Under `dashboard`, the labels a family keeps where they are not all its detail:
-# the verdicts stay per agent (which agents' clients are forwarded, rejected,
-# duplicated); the interrupt response histogram keeps the reason (a machine's answer
-# or a person's) but not the status (it costs 25 series for each reason and status).
-# Every other family keeps its detail labels without `agent`.
+# Under `dashboard`, the labels a family keeps where they are not all its detail: the
+# interrupt response histogram keeps the reason (a machine's answer or a person's) but
+# not the status (it costs 25 series for each reason and status). Every other family
+# keeps its detail labels without `agent`: the verdicts too, since at a thousand agents
+# their two to three series an agent would take the room of the gauges of pair state.
 DASHBOARD_LABELS: dict[str, tuple[str, ...]] = {
-    "requests": ("agent", "verdict"),
     "interrupt_response": ("reason",),
 }
 
@@ -273,7 +269,7 @@ class Metrics:
             ("error",),
         )
         # gauges read at scrape time from a snapshot the runner publishes
-        self.gauges = GaugeCollector(registry)
+        self.gauges = GaugeCollector(registry, self.detail)
         self.build_info = Info(PREFIX + "build", "Gateway version.", registry=registry)
         self.build_info.info({"version": __version__})
         if self.detail is AgentDetail.DASHBOARD:
@@ -293,8 +289,7 @@ class Metrics:
         """Create an agent's bounded series at zero when it is first served.
 
         Under `full` every detail series of the agent; under `dashboard` nothing: the
-        detail series over all agents exist from the start, and an agent's own series
-        (its verdicts) appear with their first increment.
+        detail series over all agents exist from the start.
         """
         if self.detail is AgentDetail.FULL:
             self._prime_detail(agent)

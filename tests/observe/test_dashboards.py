@@ -39,6 +39,7 @@ REQUIRED_ON_DASHBOARD = {
     "agui_gateway_expired_answers_total",
     "agui_gateway_decision_seconds_bucket",
     "agui_gateway_consumer_lag",
+    "agui_gateway_consumer_lag_partition_max",
     "agui_gateway_events_total",
     "agui_gateway_protocol_violations_total",
     "agui_gateway_warnings_total",
@@ -68,8 +69,8 @@ def _touched_registry(detail: AgentDetail) -> CollectorRegistry:
             restoring=1,
             refused=("x",),
             denied=(("x", "x", "x"),),
-            lag={("x", "x"): 1},
-            lag_max={("x", "x"): 1},
+            lag={("x", "events"): 1},
+            lag_max={("x", "events"): 1},
         )
     )
     for metric in vars(metrics).values():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-
 import pytest
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
@@ -11,7 +9,7 @@ from gateway.core import lifecycle
 from gateway.core.classify import KNOWN_TYPES
 from gateway.core.codes import Reason, Rule, Verdict, Warn
 from gateway.http import exposition
-from gateway.observe.gauges import GaugeSnapshot
+from gateway.observe.gauges import ROLES, GaugeSnapshot
 from gateway.observe.metrics import (
     KNOWN_REASONS,
     OTHER,
@@ -23,7 +21,7 @@ from gateway.observe.metrics import (
     outcome_label,
 )
 from gateway.settings import Settings
-from tests.observe.exposition import by, parse, select, total
+from tests.observe.exposition import Samples, by, parse, select, total
 
 
 def series(registry: CollectorRegistry, name: str, label: str) -> set[str]:
@@ -140,17 +138,18 @@ def agent_labelled_families(registry: CollectorRegistry) -> set[str]:
     }
 
 
-def test_the_default_policy_keeps_agent_on_the_verdicts_only():
+def test_the_default_policy_counts_every_counter_over_all_agents():
     assert Settings.model_fields["metrics_agent_detail"].default == AgentDetail.DASHBOARD
     registry = CollectorRegistry()
     metrics = Metrics(registry, AgentDetail.DASHBOARD)
     fleet_activity(metrics, 3)
-    assert agent_labelled_families(registry) == {"agui_gateway_requests"}
+    assert agent_labelled_families(registry) == set()
     samples = parse(exposition(registry).decode())
-    assert by(samples, "agui_gateway_requests_total", "agent") == {
-        "agent-0000": 23.0,
-        "agent-0001": 22.0,
-        "agent-0002": 22.0,
+    # the verdicts over all agents, summed as the shell counted them per agent
+    assert by(samples, "agui_gateway_requests_total", "verdict") == {
+        "forward": 60.0,
+        "reject": 6.0,
+        "duplicate": 1.0,
     }
     # the detail over all agents, summed as the shell counted it
     assert total(samples, "agui_gateway_events_total") == 3 * 440
@@ -211,6 +210,7 @@ def test_under_the_default_the_detail_exists_from_zero_and_an_agent_adds_nothing
     metrics.prime_agent("bot")
     assert parse(exposition(registry).decode()) == before
     for name, label, values in (
+        ("agui_gateway_requests_total", "verdict", {str(v) for v in Verdict}),
         ("agui_gateway_events_total", "type", {*KNOWN_TYPES, "unknown"}),
         ("agui_gateway_rejections_total", "reason", {str(r) for r in Reason}),
         ("agui_gateway_warnings_total", "code", {str(w) for w in Warn}),
@@ -227,46 +227,116 @@ def test_under_the_default_the_detail_exists_from_zero_and_an_agent_adds_nothing
         "agui_gateway_merge_wait_expired_total",
     ):
         assert select(before, name) == {frozenset(): 0.0}, name
-    # an agent's verdicts appear with their first increment (no rate() needs them earlier)
-    assert select(before, "agui_gateway_requests_total") == {}
 
 
-def test_at_a_thousand_agents_the_default_exposition_stays_under_200_kb():
-    sizes = {}
+# --- the gauges of pair state -------------------------------------------------------------
+
+
+def busy_fleet_state(agents: int) -> GaugeSnapshot:
+    """The pair state of `agents` busy agents, the worst case for the gauges' size.
+
+    Every agent holds threads and open interrupts and lags on both topics (lag only
+    while behind would otherwise leave its series out), with figures of several digits.
+    """
+    names = [f"agent-{i:04d}" for i in range(agents)]
+    sides = [(a, role) for a in names for role in ROLES]
+    return GaugeSnapshot(
+        threads={a: 1000 + i for i, a in enumerate(names)},
+        open_interrupts={a: 10 + i % 90 for i, a in enumerate(names)},
+        lag={side: 1000 + i for i, side in enumerate(sides)},
+        lag_max={side: 100 + i % 900 for i, side in enumerate(sides)},
+    )
+
+
+def gauges(detail: AgentDetail, snapshot: GaugeSnapshot) -> Samples:
+    registry = CollectorRegistry()
+    Metrics(registry, detail).gauges.publish(snapshot)
+    return parse(exposition(registry).decode())
+
+
+LAGGING = GaugeSnapshot(
+    threads={"a": 5, "b": 7, "c": 0},
+    open_interrupts={"a": 1, "b": 0, "c": 0},
+    lag={("a", "events"): 30, ("a", "requests"): 4, ("b", "events"): 0, ("c", "requests"): 0},
+    lag_max={("a", "events"): 20, ("a", "requests"): 4, ("b", "events"): 0},
+)
+
+
+def test_under_the_default_lag_is_per_agent_while_behind_and_its_worst_per_role():
+    samples = gauges(AgentDetail.DASHBOARD, LAGGING)
+    # summed over both roles; b and c are caught up: no series (absent is zero)
+    assert select(samples, "agui_gateway_consumer_lag") == {frozenset({("agent", "a")}): 34.0}
+    # the worst partition of each role over all agents, naming no agent nor partition
+    assert select(samples, "agui_gateway_consumer_lag_partition_max") == {
+        frozenset({("topic", "events")}): 20.0,
+        frozenset({("topic", "requests")}): 4.0,
+    }
+    # the state of each agent held, zero included
+    assert by(samples, "agui_gateway_threads", "agent") == {"a": 5, "b": 7, "c": 0}
+    assert by(samples, "agui_gateway_interrupts_open", "agent") == {"a": 1, "b": 0, "c": 0}
+
+
+def test_under_the_default_the_worst_partition_answers_zero_when_nothing_lags():
+    caught_up = GaugeSnapshot(lag={("a", "events"): 0}, lag_max={("a", "events"): 0})
+    for snapshot in (caught_up, GaugeSnapshot()):
+        samples = gauges(AgentDetail.DASHBOARD, snapshot)
+        assert select(samples, "agui_gateway_consumer_lag") == {}
+        assert by(samples, "agui_gateway_consumer_lag_partition_max", "topic") == dict.fromkeys(
+            ROLES, 0.0
+        )
+
+
+def test_full_detail_keeps_both_lag_gauges_per_agent_and_role():
+    samples = gauges(AgentDetail.FULL, LAGGING)
+    assert by(samples, "agui_gateway_consumer_lag", ("agent", "topic")) == {
+        ("a", "events"): 30,
+        ("a", "requests"): 4,
+        ("b", "events"): 0,
+        ("c", "requests"): 0,
+    }
+    assert by(samples, "agui_gateway_consumer_lag_partition_max", ("agent", "topic")) == {
+        ("a", "events"): 20,
+        ("a", "requests"): 4,
+        ("b", "events"): 0,
+    }
+
+
+def test_the_gauges_describe_the_labels_they_collect():
+    for detail in AgentDetail:
+        collector = Metrics(CollectorRegistry(), detail).gauges
+        collector.publish(LAGGING)
+        described = {f.name: f for f in collector.describe()}
+        for family in collector.collect():
+            assert family.documentation == described[family.name].documentation
+            for sample in family.samples:
+                assert set(sample.labels) == set(described[family.name]._labelnames), family.name
+
+
+def test_a_thousand_busy_agents_stay_under_200_kb_uncompressed_by_default():
+    """The README's figure: every agent forwarding, rejecting, raising and answering
+    interrupts (`fleet_activity`), holding threads and open interrupts and lagging on
+    both topics (`busy_fleet_state`), process metrics included."""
+    sizes: dict[int, int] = {}
     for agents in (1, 100, 1000):
         registry = CollectorRegistry()
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
-        fleet_activity(Metrics(registry, AgentDetail.DASHBOARD), agents)
-        sizes[agents] = len(exposition(registry))
+        metrics = Metrics(registry, AgentDetail.DASHBOARD)
+        fleet_activity(metrics, agents)
+        metrics.gauges.publish(busy_fleet_state(agents))
+        text = exposition(registry)
+        sizes[agents] = len(text)
     assert sizes[1000] < 200_000, sizes
-    # what grows with the fleet is the verdicts: about 150 bytes an agent here
-    assert (sizes[1000] - sizes[100]) / 900 < 200, sizes
-
-
-def test_with_the_pair_state_gauges_of_a_thousand_agents_it_compresses_under_200_kb():
-    """The README's figure: six gauge series an agent (threads, open interrupts, lag
-    and worst-partition lag of both topics) on top of the verdicts."""
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    metrics = Metrics(registry, AgentDetail.DASHBOARD)
-    fleet_activity(metrics, 1000)
-    without = len(exposition(registry))
-    agents = [f"agent-{i:04d}" for i in range(1000)]
-    sides = [(a, t) for a in agents for t in ("events", "requests")]
-    metrics.gauges.publish(
-        GaugeSnapshot(
-            threads=dict.fromkeys(agents, 100),
-            open_interrupts=dict.fromkeys(agents, 3),
-            lag=dict.fromkeys(sides, 0),
-            lag_max=dict.fromkeys(sides, 0),
-        )
-    )
-    text = exposition(registry)
-    assert len(select(parse(text.decode()), "agui_gateway_consumer_lag")) == 2000
-    assert (len(text) - without) / 1000 < 450, (len(text), without)  # bytes an agent
-    assert len(gzip.compress(text)) < 200_000, len(text)
+    samples = parse(text.decode())
+    for name in (
+        "agui_gateway_threads",
+        "agui_gateway_interrupts_open",
+        "agui_gateway_consumer_lag",
+    ):
+        assert len(select(samples, name)) == 1000, name  # one series an agent
+    assert len(select(samples, "agui_gateway_consumer_lag_partition_max")) == len(ROLES)
+    # what grows with the fleet is the three gauges of each agent: about 150 bytes
+    assert (sizes[1000] - sizes[100]) / 900 < 160, sizes
 
 
 def test_full_detail_is_what_grows_with_every_agent():

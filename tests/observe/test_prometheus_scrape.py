@@ -245,7 +245,8 @@ async def test_prometheus_scrapes_the_gateway_and_runs_dashboard_and_alerts(
         )
         await wait_for(
             lambda: prom.query(
-                f'sum(agui_gateway_requests_total{{agent="{AGENT}"}}) == 4 '
+                # the verdicts over all agents, the open interrupts per agent (the default)
+                "sum(agui_gateway_requests_total) == 4 "
                 f'and sum(agui_gateway_interrupts_open{{agent="{AGENT}"}}) == 3'
             ),
             "round 2 scraped",
@@ -286,6 +287,11 @@ async def test_prometheus_scrapes_the_gateway_and_runs_dashboard_and_alerts(
         assert finite(throughput)[0] > 0
 
         assert finite(panel("Decision latency"))  # p50 over all requests
+
+        # the worst partition of each topic role answers even when nothing lags
+        worst = panel("Consumer lag", 1)
+        assert sorted(r["metric"]["topic"] for r in worst) == ["events", "requests"]
+        assert len(finite(worst)) == 2
 
         # every expression of the dashboard (panels and variables) is valid PromQL
         for where, expr in promql.dashboard_expressions(promql.load_dashboard()):
