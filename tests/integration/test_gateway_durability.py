@@ -253,8 +253,7 @@ async def test_mismatched_partition_counts_are_refused(ns, tmp_path, create_topi
             line
             for line in (await asyncio.to_thread(gw.metrics)).splitlines()
             # counted over all agents by default: only this agent exists here
-            if line.startswith("agui_gateway_requests_total{")
-            and not line.endswith(" 0.0")
+            if line.startswith("agui_gateway_requests_total{") and not line.endswith(" 0.0")
         ]
         assert decided == []
         assert 'agui_gateway_agent_refused{agent="ops"} 1.0' in await asyncio.to_thread(gw.metrics)
