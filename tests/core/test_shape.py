@@ -17,8 +17,9 @@ def test_a_well_formed_input_reads_cleanly():
     assert shape.model is not None
     assert shape.doc == raw
     assert (shape.malformed, shape.unknown, shape.stripped_unions) == ([], [], [])
-    assert shape.model.resume is not None
-    assert shape.model.resume[0].interrupt_id == "int-1"
+    assert shape.model.ids() == ["int-1"]
+    assert shape.model.entry(0) == ("int-1", "resolved", {"x": 1})
+    assert shape.model.entry(0).payload == {"x": 1}
 
 
 def test_unknown_members_are_located_at_every_level():
