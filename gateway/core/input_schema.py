@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from itertools import filterfalse
+from itertools import compress, repeat
+from operator import not_
 from typing import Any
 
 from ag_ui.core import RunAgentInput
@@ -193,16 +194,19 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
                     else:
                         out[name] = new
         if not value.keys() <= names:  # then the extra members, in the input's order
-            found = list(filterfalse(names.__contains__, value))
             source = value if out is None else out
+            # per member, whether it is read: found once for both lists (a flood is common)
+            read = list(map(names.__contains__, value))
+            found = list(compress(value, map(not_, read)))
             if len(found) == 1:  # the common case: one copy less one member
                 extras.append(at + (found[0],))
                 out = source.copy()
                 del out[found[0]]
             else:
-                extras.extend(map(at.__add__, zip(found)))  # (*at, key) each, without a loop
-                # the names it reads, in the input's order (a flood of others is common)
-                out = {key: source[key] for key in filter(names.__contains__, source)}
+                # (*at, key) each, without a loop (repeat: endless)
+                extras.extend(zip(*map(repeat, at), found, strict=False))
+                # the names it reads, in the input's order, built from them alone
+                out = {key: source[key] for key in compress(value, read) if key in source}
         return value if out is None else out
 
     walk.names = names  # type: ignore[attr-defined]

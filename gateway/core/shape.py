@@ -138,8 +138,9 @@ def read_by_errors(raw: dict[str, Any]) -> Shape:
 def _tags_malformed(shape: Shape, raw: dict[str, Any]) -> bool:
     """A deep input whose union tags are not all text is malformed before any validator
     meets it (recorded in `shape.malformed`)."""
-    if _shallow(raw):
-        return False
+    messages = raw.get("messages")
+    if not isinstance(messages, list) or not messages or _shallow(raw):
+        return False  # (no message holds a tag: nothing to find, however deep the input)
     shape.malformed = _non_text_tags(raw)
     return bool(shape.malformed)
 

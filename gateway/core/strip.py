@@ -9,7 +9,7 @@ without the members the judge strips, sharing every branch it leaves alone.
 from __future__ import annotations
 
 from functools import cache
-from itertools import islice
+from itertools import islice, repeat
 from typing import Any, get_args
 
 from pydantic import BaseModel
@@ -67,7 +67,7 @@ def unknown_members(
         count = len(extra)
         room = count if limit is None else min(count, limit - len(out))
         if room > 0:  # (*at, key) each, built without a loop here
-            out.extend(map(at.__add__, zip(islice(extra, room))))
+            out.extend(zip(*map(repeat, at), islice(extra, room), strict=False))
     for name, key in _nested_fields(type(model)):
         value = getattr(model, name)
         if isinstance(value, BaseModel):
