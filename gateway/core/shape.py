@@ -141,6 +141,8 @@ def _tags_malformed(shape: Shape, raw: dict[str, Any]) -> bool:
     messages = raw.get("messages")
     if not isinstance(messages, list) or not messages or _shallow(raw):
         return False  # (no message holds a tag: nothing to find, however deep the input)
+    if not _container_tags_possible(messages):
+        return False  # (an input holding an integer beyond 64 bits, most often)
     shape.malformed = _non_text_tags(raw)
     return bool(shape.malformed)
 
@@ -236,6 +238,20 @@ def _shallow(raw: object) -> bool:
 
 
 _TAG_OF_PART = "type"
+# A member `role` or `type` whose value is an array or an object, as orjson writes it: in
+# its compact text no string holds these bytes (a quote in a string is escaped)
+_CONTAINER_TAGS = (b'"role":[', b'"role":{', b'"type":[', b'"type":{')
+
+
+def _container_tags_possible(messages: list[Any]) -> bool:
+    """False when no object in `messages` has a `role` or `type` that is an array or an
+    object, so that `_non_text_tags` finds nothing: their text, when orjson writes it (at
+    most 254 levels, no integer beyond 64 bits), holds no such member."""
+    try:
+        text = orjson.dumps(messages)
+    except orjson.JSONEncodeError:
+        return True
+    return any(tag in text for tag in _CONTAINER_TAGS)
 
 
 def _non_text_tags(raw: dict[str, Any]) -> list[tuple[str, str]]:
