@@ -12,8 +12,9 @@ two readings of its own:
   so orjson still reads the document once. With more than `MARKED_AT_MOST` of
   them (or a `\u0000` escape, which the markers use), orjson reads the
   document (with its integers beyond a double's range made small) and the
-  standard library reads it again, exactly. A float beyond a double's range (`1e400`) stays
-  refused, and so does an integer of more digits than Python converts (4,300).
+  standard library reads it again, exactly. A float beyond a double's range
+  (`1e400`) stays refused, and so does an integer of more digits than Python
+  converts (4,300).
 - A duplicate member name in any object makes the document unreadable
   (`DuplicateKey`). RFC 8259 leaves the reading of `{"a":1,"a":2}` to each
   parser; the gateway takes none, so that it cannot read a record one way on
@@ -75,6 +76,11 @@ def loads(data: bytes) -> Any:
     digits = data.translate(_DIGITS_ONLY)
     if _LONG_RUN in digits:
         return _with_long_runs(data, digits)
+    return _read(data)
+
+
+def _read(data: bytes) -> Any:
+    """`loads` of a document whose every integer orjson reads exactly."""
     value = orjson.loads(data)
     if _every_member_read(data, value, data) and type(data) is bytes:
         _written_alike[:] = [data]  # immutable: the very object stays that document
@@ -139,11 +145,13 @@ def _with_long_runs(data: bytes, digits: bytes) -> Any:
     _DIGITS_ONLY)."""
     if digits.count(_LONG_RUN) <= MARKED_AT_MOST and b"\\u0000" not in data:
         spans = _integer_spans(data, digits)
-        marked, integers = _marked(data, spans) if spans else (data, [])
+        if not spans:  # every long run is in a string, a fraction or an exponent
+            return _read(data)
+        marked, integers = _marked(data, spans)
         value = orjson.loads(marked)
         _every_member_read(marked, value, data)
-        return _put_back(value, integers) if integers else value
-    try:
+        return _put_back(value, integers)
+    try:  # orjson's verdict on the text, then the standard library's exact reading
         orjson.loads(data)
     except JSONDecodeError as exc:
         if not str(exc).startswith("number is infinity"):

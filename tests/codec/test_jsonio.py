@@ -313,3 +313,19 @@ def test_long_runs_of_digits_are_read_as_the_standard_library_reads_them(text, o
 def test_what_orjson_refuses_beside_a_big_integer_stays_refused(text):
     with pytest.raises(jsonio.JSONDecodeError):
         jsonio.loads(text)
+
+
+def test_a_few_big_integers_and_long_digit_strings_cost_no_second_parse(monkeypatch):
+    def second_parse(data: bytes) -> object:
+        raise AssertionError("read a second time")
+
+    monkeypatch.setattr(jsonio, "_stdlib", second_parse)
+    text = b'{"id":"12345678901234567890123","n":[-123456789012345678901234567890],"f":1.5}'
+    assert jsonio.loads(text) == {
+        "id": "12345678901234567890123",
+        "n": [-123456789012345678901234567890],
+        "f": 1.5,
+    }
+    assert jsonio.loads(b'{"n":1' + b"0" * 400 + b"}") == {"n": 10**400}
+    with pytest.raises(AssertionError, match="a second time"):  # past MARKED_AT_MOST
+        jsonio.loads(b"[" + b",".join([b"12345678901234567890123"] * 1001) + b"]")
