@@ -5,10 +5,16 @@ to 1024 levels) and fast, and is the gateway's definition of valid JSON, with
 two readings of its own:
 
 - Integers are exact. orjson reads integers beyond 64 bits as floats and
-  refuses those beyond a double's range (10^309 and above); a document with a
-  run of 19 or more digits is therefore read by the standard library, which
-  keeps every integer exact. A float beyond a double's range (`1e400`) stays
-  refused.
+  refuses those beyond a double's range (10^309 and above). In a document
+  with a run of 19 or more digits outside its strings, each integer token of
+  19 digits or more is read by orjson as a string marking it (the document is
+  JSON exactly when the marked one is) and then put back as a Python integer,
+  so orjson still reads the document once. With more than `MARKED_AT_MOST` of
+  them (or a `\u0000` escape, which the markers use), orjson reads the
+  document (with its integers beyond a double's range made small) and the
+  standard library reads it again, exactly. A float beyond a double's range
+  (`1e400`) stays refused, and so does an integer of more digits than Python
+  converts (4,300).
 - A duplicate member name in any object makes the document unreadable
   (`DuplicateKey`). RFC 8259 leaves the reading of `{"a":1,"a":2}` to each
   parser; the gateway takes none, so that it cannot read a record one way on
@@ -21,6 +27,7 @@ Writing goes through `gateway.core.jsontext`, which writes any value read here;
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -41,11 +48,16 @@ _WHITESPACE = b" \t\n\r"
 # one (a reply or rejection carrying the input, 2 or 3 levels more) stays within the
 # 1024 levels orjson, and so the gateway itself, reads.
 MAX_DEPTH = 1000
+# Integer tokens of 19 digits or more marked in one document at most; past this many,
+# the document is read twice (orjson, then an exact parser), which costs less than
+# marking each.
+MARKED_AT_MOST = 1000
 
 
 class TooDeep(ValueError):
-    """Valid JSON nested deeper than the gateway reads (MAX_DEPTH, or for integers beyond
-    64 bits, as deep as the standard library parser reaches)."""
+    """Valid JSON nested deeper than the gateway reads (MAX_DEPTH, or for more than
+    MARKED_AT_MOST integers beyond 64 bits, as deep as the standard library parser
+    reaches)."""
 
 
 class DuplicateKey(JSONDecodeError):
@@ -61,27 +73,17 @@ class DuplicateKey(JSONDecodeError):
 def loads(data: bytes) -> Any:
     """The JSON value of `data`; raises JSONDecodeError (not JSON; DuplicateKey
     is one) or TooDeep."""
-    try:
-        value = orjson.loads(data)
-    except JSONDecodeError as exc:
-        if not str(exc).startswith("number is infinity") or not _has_long_run(data):
-            raise
-        return _exact(data)  # an integer beyond a double's range; a float there stays refused
-    if _has_long_run(data):
-        return _exact(data)
-    try:
-        written = orjson.dumps(value)
-    except orjson.JSONEncodeError:  # deeper than orjson writes (254 levels)
-        _check_depth(data)
-        members = _members_of(value)
-    else:
-        if written == data:  # compact input written back whole: no member was dropped
-            if type(data) is bytes:  # immutable: the very object stays that document
-                _written_alike[:] = [data]
-            return value
-        members = _members(written, compact=True)
-    if _members(data) != members:
-        raise DuplicateKey
+    digits = data.translate(_DIGITS_ONLY)
+    if _LONG_RUN in digits:
+        return _with_long_runs(data, digits)
+    return _read(data)
+
+
+def _read(data: bytes) -> Any:
+    """`loads` of a document whose every integer orjson reads exactly."""
+    value = orjson.loads(data)
+    if _every_member_read(data, value, data) and type(data) is bytes:
+        _written_alike[:] = [data]  # immutable: the very object stays that document
     return value
 
 
@@ -116,10 +118,6 @@ def _members_of(value: Any) -> int:
 _DUPLICATE = "an object names the same member twice (duplicate keys are not read)"
 
 
-def _has_long_run(data: bytes) -> bool:
-    return _LONG_RUN in data.translate(_DIGITS_ONLY)
-
-
 def _members(text: bytes, compact: bool = False) -> int:
     """How many object members valid JSON text holds, counted without parsing it.
 
@@ -132,6 +130,164 @@ def _members(text: bytes, compact: bool = False) -> int:
     """
     bare = (text if compact else text.translate(None, _WHITESPACE)).replace(b"\\\\", b"")
     return bare.count(b'":') - bare.count(b'\\":')
+
+
+# --- integers of 19 digits or more --------------------------------------------------------
+
+_MARK = "\x00"  # a marker string opens with it: no string of a document without `\u0000` does
+_NOT_AN_INTEGER_BEFORE = frozenset(b".eE+")  # a fraction or an exponent
+_NOT_AN_INTEGER_AFTER = frozenset(b".eE")
+_A_NAME_FOLLOWS = re.compile(rb"[ \t\n\r]*:")
+
+
+def _with_long_runs(data: bytes, digits: bytes) -> Any:
+    """`loads` of a document with a run of 19 digits or more (`digits`: `data` through
+    _DIGITS_ONLY)."""
+    if digits.count(_LONG_RUN) <= MARKED_AT_MOST and b"\\u0000" not in data:
+        spans = _integer_spans(data, digits)
+        if not spans:  # every long run is in a string, a fraction or an exponent
+            return _read(data)
+        marked, integers = _marked(data, spans)
+        value = orjson.loads(marked)
+        _every_member_read(marked, value, data)
+        return _put_back(value, integers)
+    try:  # orjson's verdict on the text, then the standard library's exact reading
+        orjson.loads(data)
+    except JSONDecodeError as exc:
+        if not str(exc).startswith("number is infinity"):
+            raise
+        _read_as_finite(data, digits)  # an integer beyond a double's range, or a float
+    return _stdlib(data)
+
+
+def _every_member_read(text: bytes, value: Any, data: bytes) -> bool:
+    """DuplicateKey unless `value`, orjson's reading of `text` (`data`, or `data` marked),
+    holds every member `text` names; TooDeep when it nests deeper than MAX_DEPTH. True
+    when orjson writes `value` back as `text`, byte for byte.
+
+    Without a backslash in `data`, each string of it is written back character for
+    character (orjson escapes only quotes, backslashes and control characters), colons
+    and all: only a member left out (its colon, and any in its value) makes the colons
+    of the two texts differ, and counting one byte costs less than counting names."""
+    try:
+        written = orjson.dumps(value)
+    except orjson.JSONEncodeError:  # deeper than orjson writes (254 levels)
+        _check_depth(text)
+        if _members(text) != _members_of(value):
+            raise DuplicateKey from None
+        return False
+    if written == text:
+        return True
+    if b"\\" not in data:
+        if text.count(b":") != written.count(b":"):
+            raise DuplicateKey
+    elif _members(text) != _members(written, compact=True):
+        raise DuplicateKey
+    return False
+
+
+def _integer_spans(data: bytes, digits: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each integer token of 19 digits or more (with its minus sign):
+    each run of that many digits outside the strings of `data` that no fraction or
+    exponent holds, that does not open with a zero (invalid, and left to orjson to
+    refuse) and that no colon follows (a number where a member name must be: left
+    invalid)."""
+    # escaped backslashes, then escaped quotes, made two other bytes each: every quote
+    # left opens or closes a string, and each offset stays where it was
+    quotes = data.replace(b"\\\\", b"__").replace(b'\\"', b"__") if b"\\" in data else data
+    spans: list[tuple[int, int]] = []
+    in_string = False
+    counted = 0
+    start = digits.find(_LONG_RUN)
+    while start >= 0:
+        end = digits.find(b" ", start)
+        if end < 0:
+            end = len(data)
+        in_string ^= quotes.count(b'"', counted, start) % 2 == 1
+        counted = start
+        if not in_string and _an_integer(data, start, end):
+            spans.append((start - 1 if start and data[start - 1] == 0x2D else start, end))
+        start = digits.find(_LONG_RUN, end)
+    return spans
+
+
+def _an_integer(data: bytes, start: int, end: int) -> bool:
+    """Whether the run of digits data[start:end], outside strings, is a whole integer
+    token read as a value (not a fraction, an exponent, a leading zero or a name)."""
+    return not (
+        data[start] == 0x30 or _in_a_float(data, start, end) or _A_NAME_FOLLOWS.match(data, end)
+    )
+
+
+def _in_a_float(data: bytes, start: int, end: int) -> bool:
+    """Whether a fraction or an exponent holds the run of digits data[start:end]."""
+    before = data[start - 1] if start else 0
+    if before == 0x2D and start > 1:  # a minus sign: the integer's or an exponent's
+        before = data[start - 2] if data[start - 2] in b"eE" else 0
+    return before in _NOT_AN_INTEGER_BEFORE or (
+        end < len(data) and data[end] in _NOT_AN_INTEGER_AFTER
+    )
+
+
+def _marked(data: bytes, spans: list[tuple[int, int]]) -> tuple[bytes, list[int]]:
+    """`data` with the integer token at each span a string marking it (`"\\u0000<n>"`,
+    n its place in `integers`), and the integers, exact."""
+    pieces: list[bytes] = []
+    integers: list[int] = []
+    done = 0
+    for n, (start, end) in enumerate(spans):
+        try:
+            integers.append(int(data[start:end]))
+        except ValueError:  # more digits than Python converts
+            raise JSONDecodeError(
+                f"an integer of {end - start:,} characters, more than the gateway reads exactly",
+                "",
+                0,
+            ) from None
+        pieces += (data[done:start], b'"\\u0000%d"' % n)
+        done = end
+    pieces.append(data[done:])
+    return b"".join(pieces), integers
+
+
+def _put_back(value: Any, integers: list[int]) -> Any:
+    """`value` (read from the marked document) with each marker string replaced by the
+    integer it marks, in place. Where the value is an object of a few members, only the
+    members whose JSON holds a marker are walked; any other container is walked whole."""
+    if type(value) is str:  # the document is one integer
+        return integers[int(value[1:])]
+    left = len(integers)
+    stack = [value]
+    if type(value) is dict and len(value) <= _FEW_MEMBERS:
+        stack = []
+        for key, item in value.items():
+            if type(item) is str:
+                if item[:1] == _MARK:
+                    value[key] = integers[int(item[1:])]
+                    left -= 1
+            elif (type(item) is dict or type(item) is list) and _holds_marker(item):
+                stack.append(item)
+    while stack and left:
+        node = stack.pop()
+        for key, item in node.items() if type(node) is dict else enumerate(node):
+            kind = type(item)
+            if kind is str:
+                if item[:1] == _MARK:
+                    node[key] = integers[int(item[1:])]
+                    left -= 1
+            elif (kind is dict or kind is list) and item:
+                stack.append(item)
+    return value
+
+
+_FEW_MEMBERS = 64
+
+
+def _holds_marker(node: Any) -> bool:
+    try:
+        return b"\\u0000" in orjson.dumps(node)
+    except orjson.JSONEncodeError:  # deeper than orjson writes: walked
+        return True
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -152,7 +308,9 @@ def _constant(text: str) -> Any:
     raise JSONDecodeError(f"not JSON: {text}", text, 0)
 
 
-def _exact(data: bytes) -> Any:
+def _stdlib(data: bytes) -> Any:
+    """The value of `data` (JSON that orjson reads, but for integer magnitudes), read by
+    the standard library parser: every integer exact."""
     try:
         return json.loads(
             data.decode("utf-8"),
@@ -167,6 +325,47 @@ def _exact(data: bytes) -> Any:
         ) from None
     except UnicodeDecodeError as exc:
         raise JSONDecodeError(f"not UTF-8: {exc}", "", 0) from None
+    except JSONDecodeError:
+        raise
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise JSONDecodeError(f"an integer too long to be read exactly: {exc}", "", 0) from None
+
+
+# A run of digits this long is an integer of at least 10^308: one a double may not hold.
+_DOUBLE_DIGITS = 309
+_VERY_LONG_RUN = b"0" * _DOUBLE_DIGITS
+
+
+def _read_as_finite(data: bytes, digits: bytes) -> Any:
+    """orjson's reading of `data` with each integer token of 309 digits or more made one
+    or two digits long, or its JSONDecodeError: whether `data` is JSON but for the size of
+    its integers, and the shape of its value.
+
+    A run of digits is shortened unless a fraction or exponent holds it (`1` + 400
+    zeros + `.5` stays, and stays refused). One inside a string changes that string
+    only, which stays a string; a run that opens with a zero keeps two digits, so that
+    a leading zero stays invalid. `digits` is `data` through _DIGITS_ONLY."""
+    pieces: list[bytes] = []
+    done = 0
+    start = digits.find(_VERY_LONG_RUN)
+    while start >= 0:
+        end = digits.find(b" ", start)
+        if end < 0:
+            end = len(data)
+        if not _in_a_float(data, start, end):  # a fraction or an exponent is kept as it is
+            pieces += (data[done:start], data[start : start + (2 if data[start] == 0x30 else 1)])
+            done = end
+        start = digits.find(_VERY_LONG_RUN, end)
+    if not pieces:
+        return orjson.loads(data)
+    try:
+        return orjson.loads(b"".join((*pieces, data[done:])))
+    except JSONDecodeError as exc:
+        raise JSONDecodeError(
+            f"{exc} (counted with each integer of {_DOUBLE_DIGITS} digits or more as one digit)",
+            "",
+            0,
+        ) from None
 
 
 def without(data: bytes, paths: list[tuple[str | int, ...]]) -> bytes | None:

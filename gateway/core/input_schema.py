@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from itertools import filterfalse
+from itertools import compress, repeat
+from operator import not_
 from typing import Any
 
 from ag_ui.core import RunAgentInput
@@ -184,7 +185,7 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
         for name, field, types in deep:  # the validator reports fields first, in schema order
             item = value.get(name)
             if type(item) in types:
-                new = field(item, (*at, name), extras, tags)
+                new = field(item, at + (name,), extras, tags)
                 if new is not item:
                     if out is None:
                         out = dict(value)
@@ -193,15 +194,19 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
                     else:
                         out[name] = new
         if not value.keys() <= names:  # then the extra members, in the input's order
-            found = list(filterfalse(names.__contains__, value))
             source = value if out is None else out
+            # per member, whether it is read: found once for both lists (a flood is common)
+            read = list(map(names.__contains__, value))
+            found = list(compress(value, map(not_, read)))
             if len(found) == 1:  # the common case: one copy less one member
-                extras.append((*at, found[0]))
+                extras.append(at + (found[0],))
                 out = source.copy()
                 del out[found[0]]
             else:
-                extras.extend(map(at.__add__, zip(found)))  # (*at, key) each, without a loop
-                out = {key: item for key, item in source.items() if key in names}
+                # (*at, key) each, without a loop (repeat: endless)
+                extras.extend(zip(*map(repeat, at), found, strict=False))
+                # the names it reads, in the input's order, built from them alone
+                out = {key: source[key] for key in compress(value, read) if key in source}
         return value if out is None else out
 
     walk.names = names  # type: ignore[attr-defined]
@@ -209,12 +214,33 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
     return walk
 
 
+# How a list's walk treats an element (an object), by its variant: None, nothing to find
+# in it; (member names, field, types, walk) for a typed dict with at most one field to walk
+# into (`field`, when its value is of `types`): its extra members are found in the loop,
+# and `walk` called only when that field holds something to walk or two members are extra;
+# (None, None, (), walk) for any other: `walk` is called.
+_Element = tuple[frozenset[str] | None, str | None, tuple[type, ...], Walk]
+
+
+def _element(walk: Walk | None) -> _Element | None:
+    if walk is None:
+        return None
+    deep = getattr(walk, "deep", None)
+    if deep is not None and len(deep) <= 1:
+        name, _, types = deep[0] if deep else (None, None, ())
+        return walk.names, name, types, walk  # type: ignore[attr-defined]
+    return None, None, (), walk
+
+
 def _list(item: Walk, types: tuple[type, ...]) -> Walk:
+    if types == (dict,):
+        return _elements(None, {}, _element(item), {})
+
     def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
         out = None
         for index, element in enumerate(value):
             if type(element) in types:
-                new = item(element, (*at, index), extras, tags)
+                new = item(element, at + (index,), extras, tags)
                 if new is not element:
                     if out is None:
                         out = value[:index]
@@ -229,53 +255,67 @@ def _list(item: Walk, types: tuple[type, ...]) -> Walk:
 
 
 def _tagged_list(node: dict[str, Any]) -> Walk:
-    """`_list` of `_tagged_union`, with an element of a variant that has nothing to
-    find (no extra member, no field to walk into) passed over without a call."""
-    discriminator = node["discriminator"]
-    choices = {tag: _compile(choice) for tag, choice in node["choices"].items()}
-    # per variant that is a typed dict with at most one field to walk into: its member
-    # names, and that field's name and walked types
-    plain: dict[str, tuple[frozenset[str], str | None, tuple[type, ...]]] = {}
-    for tag, choice in choices.items():
-        deep = getattr(choice, "deep", None)
-        if deep is not None and len(deep) <= 1:
-            name, _, types = deep[0] if deep else (None, None, ())
-            plain[tag] = (choice.names, name, types)  # type: ignore[union-attr]
+    """`_list` of `_tagged_union`, each element's variant read in the loop."""
+    choices = {tag: _element(_compile(choice)) for tag, choice in node["choices"].items()}
+    return _elements(node["discriminator"], choices, None, node)
+
+
+def _elements(
+    discriminator: str | None,
+    variants: dict[str, _Element | None],
+    only: _Element | None,
+    node: dict[str, Any],
+) -> Walk:
+    """The walk of a list of objects: of a tagged union (`discriminator`, each variant's
+    `_Element`; `node` the union) or of one typed dict (`only`). An element that holds
+    nothing to find costs no call, nor does one whose only find is one extra member (a
+    flood of either is common); the list is copied once, at the first element to change."""
 
     def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
         out = None
+        dropped = False
         for index, element in enumerate(value):
-            new = element
-            if type(element) is dict:
+            if type(element) is not dict:
+                continue
+            if discriminator is None:
+                spec = only
+            else:
                 tag = element.get(discriminator)
-                if type(tag) is str:  # else malformed, not unrecognised: not listed
-                    choice = choices.get(tag, _MISSING)
-                    if choice is _MISSING:
-                        tags.append(((*at, index), node))
-                        new = DROP
-                    elif choice is not None:
-                        quick = plain.get(tag)
-                        if quick is None or (
-                            quick[1] is not None and type(element.get(quick[1])) in quick[2]
-                        ):
-                            new = choice(element, (*at, index), extras, tags)
-                        elif not element.keys() <= quick[0]:  # extra members only: as
-                            # `_typed_dict` does, without the call (a flood is common)
-                            found = list(filterfalse(quick[0].__contains__, element))
-                            if len(found) == 1:
-                                extras.append((*at, index, found[0]))
-                                new = element.copy()
-                                del new[found[0]]
-                            else:
-                                new = choice(element, (*at, index), extras, tags)
-            if new is not element:
-                if out is None:
-                    out = value[:index]
-                if new is not DROP:
-                    out.append(new)
-            elif out is not None:
-                out.append(element)
-        return value if out is None else out
+                if type(tag) is not str:
+                    continue  # malformed, not unrecognised: the validator's error is not listed
+                spec = variants.get(tag, _MISSING)
+                if spec is _MISSING:
+                    tags.append((at + (index,), node))
+                    if out is None:
+                        out = value.copy()
+                    out[index] = DROP
+                    dropped = True
+                    continue
+            if spec is None:
+                continue
+            keep, field, types, choice = spec
+            if keep is None or (field is not None and type(element.get(field)) in types):
+                new = choice(element, at + (index,), extras, tags)
+                if new is element:
+                    continue
+            else:
+                extra = element.keys() - keep
+                if not extra:
+                    continue
+                if len(extra) == 1:  # as `_typed_dict` finds it
+                    key = extra.pop()
+                    extras.append(at + (index, key))
+                    new = element.copy()
+                    del new[key]
+                else:
+                    new = choice(element, at + (index,), extras, tags)
+            if out is None:
+                out = value.copy()
+            out[index] = new
+            dropped = dropped or new is DROP
+        if out is None:
+            return value
+        return [element for element in out if element is not DROP] if dropped else out
 
     return walk
 

@@ -21,7 +21,7 @@ from gateway.core.codes import Reason, Verdict, Warn
 from gateway.core.decision import Answer, Decision, Policy
 from gateway.core.findings import Finding, clip, pointer, preview
 from gateway.core.jsontext import to_json
-from gateway.core.shape import Entry, Path, read_input, remove_paths
+from gateway.core.shape import Path, Request, read_input, remove_paths
 from gateway.core.sweep import answered_ids
 from gateway.core.thread import (
     FORWARDS_KEPT,
@@ -157,11 +157,8 @@ def judge(
             f"{unlisted:,} more unknown or unrecognised members stripped (not listed one by one)",
         )
 
-    entries: tuple[Entry, ...] = model.resume or ()
-    ids = [entry[0] for entry in entries]  # each entry's interrupt_id
-    # each interrupt id's first entry (reversed: the first of each id is assigned last)
-    first = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))
-    for interrupt_id, indexes in _duplicates(ids, len(first)).items():
+    ids = model.ids()  # each resume entry's interrupt id
+    for interrupt_id, indexes in _duplicates(ids, len(set(ids))).items():
         if found.listed(Reason.DUPLICATE_ENTRY, rejects=True):
             found.reject(
                 Reason.DUPLICATE_ENTRY,
@@ -196,31 +193,34 @@ def judge(
             )
         else:
             open_ids = {i.id for i in state.interrupts}
-            answers = _judge_open(state, entries, first, now_ms, found)
             kept = list(map(open_ids.__contains__, ids))  # per entry: names an open interrupt
+            first: dict[str, int] = {}  # each open interrupt's first entry
+            for index in compress(range(len(ids)), kept):
+                first.setdefault(ids[index], index)
+            answers = _judge_open(state, model, first, now_ms, found)
             not_open = list(compress(range(len(ids)), map(not_, kept)))
             if not policy.strict:
                 entries_stripped = list(zip(repeat("resume"), not_open))
             code = Reason.UNRECOGNISED_ENTRY if policy.strict else Warn.UNRECOGNISED_ENTRY
             # the first ones (up to MAX_LISTED_PER_CODE) each a finding, the rest counted
             for index in not_open[: found.take(code, policy.strict, len(not_open))]:
-                entry = entries[index]
+                interrupt_id = ids[index]
                 detail = (
-                    f"resume entry names interrupt {preview(entry.interrupt_id)}, which is not "
+                    f"resume entry names interrupt {preview(interrupt_id)}, which is not "
                     f"open on thread {preview(thread_id)}" + _not_open_because(state)
                 )
                 if policy.strict:
                     found.reject(
                         Reason.UNRECOGNISED_ENTRY,
                         detail,
-                        interrupt_id=entry.interrupt_id,
+                        interrupt_id=interrupt_id,
                         path=pointer("resume", index),
                     )
                 else:
                     found.warn(
                         Warn.UNRECOGNISED_ENTRY,
                         detail + "; stripped",
-                        interrupt_id=entry.interrupt_id,
+                        interrupt_id=interrupt_id,
                         path=pointer("resume", index),
                     )
 
@@ -263,7 +263,7 @@ def _duplicates(ids: list[str], distinct: int) -> dict[str, list[int]]:
 
 def _judge_open(
     state: ThreadState,
-    entries: tuple[Entry, ...],
+    model: Request,
     first: dict[str, int],
     now_ms: int,
     found: _Findings,
@@ -281,7 +281,7 @@ def _judge_open(
                 interrupt_id=interrupt.id,
             )
             continue
-        entry = entries[index]
+        entry = model.entry(index)
         if interrupt.id in answered_before:
             found.reject(
                 Reason.ALREADY_RESUMED,

@@ -80,19 +80,19 @@ def parse(step: Step, model: type[BaseModel], event: dict[str, Any]) -> BaseMode
             path=where,
         )
         return None
-    unknown: list[Path] = []
-    unknown_members(parsed, event, (), unknown, found)
-    for path in unknown[:MAX_UNKNOWN_WARNINGS]:
+    unknown: list[Path] = []  # the first ones, each a warning; the rest counted
+    count = unknown_members(parsed, event, (), unknown, found, MAX_UNKNOWN_WARNINGS)
+    for path in unknown:
         where = pointer(*path)
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
             f"unknown member {preview(where, 200)[1:-1]} of {preview(event.get('type'))} ignored",
             path=where,
         )
-    if len(unknown) > MAX_UNKNOWN_WARNINGS:
+    if count > MAX_UNKNOWN_WARNINGS:
         step.warn(
             Warn.UNKNOWN_MEMBER_STRIPPED,
-            f"{len(unknown) - MAX_UNKNOWN_WARNINGS:,} more unknown members of "
+            f"{count - MAX_UNKNOWN_WARNINGS:,} more unknown members of "
             f"{preview(event.get('type'))} ignored (not listed one by one)",
         )
     return parsed

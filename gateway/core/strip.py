@@ -9,6 +9,7 @@ without the members the judge strips, sharing every branch it leaves alone.
 from __future__ import annotations
 
 from functools import cache
+from itertools import islice, repeat
 from typing import Any, get_args
 
 from pydantic import BaseModel
@@ -51,25 +52,35 @@ def unknown_members(
     at: Path,
     out: list[Path],
     taken: dict[Path, list[str]] | None = None,
-) -> None:
-    """The unknown members of `raw` (an event) as its parsed `model` kept them, or as
-    they were taken out before it was validated (`taken`, by the path of their object:
-    `extras.without_extras`), each object's in the order `raw` has them."""
+    limit: int | None = None,
+) -> int:
+    """How many unknown members `raw` (an event) has, as its parsed `model` kept them, or
+    as they were taken out before it was validated (`taken`, by the path of their object:
+    `extras.without_extras`), each object's in the order `raw` has them. `out` gets their
+    paths in that order, the first `limit` of them (None: all): a flood of them is counted,
+    not built."""
     if not isinstance(raw, dict):
-        return
+        return 0
+    count = 0
     extra = model.__pydantic_extra__ or (taken.get(at) if taken else None)
     if extra:
-        out.extend(map(at.__add__, zip(extra)))  # (*at, key) each, built without a loop here
+        count = len(extra)
+        room = count if limit is None else min(count, limit - len(out))
+        if room > 0:  # (*at, key) each, built without a loop here
+            out.extend(zip(*map(repeat, at), islice(extra, room), strict=False))
     for name, key in _nested_fields(type(model)):
         value = getattr(model, name)
         if isinstance(value, BaseModel):
-            unknown_members(value, raw.get(key), (*at, key), out, taken)
+            count += unknown_members(value, raw.get(key), (*at, key), out, taken, limit)
         elif isinstance(value, list) and value:
             items = raw.get(key)
             if isinstance(items, list):
                 for index, (item, raw_item) in enumerate(zip(value, items, strict=False)):
                     if isinstance(item, BaseModel):
-                        unknown_members(item, raw_item, (*at, key, index), out, taken)
+                        count += unknown_members(
+                            item, raw_item, (*at, key, index), out, taken, limit
+                        )
+    return count
 
 
 @cache

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -53,9 +56,30 @@ def test_deep_documents_round_trip():
     assert jsonio.dumps(jsonio.loads(text)) == text
 
 
-def test_big_integers_too_deep_for_an_exact_read_are_a_clear_error():
-    with pytest.raises(jsonio.TooDeep, match="beyond 64 bits"):
-        jsonio.loads(nested_text(1020, b"123456789012345678901234567890"))
+def test_big_integers_are_read_exactly_as_deep_as_any_value():
+    big = b"123456789012345678901234567890"
+    assert innermost(jsonio.loads(nested_text(jsonio.MAX_DEPTH, big)), jsonio.MAX_DEPTH) == [
+        int(big)
+    ]
+    with pytest.raises(jsonio.TooDeep, match="deeper than 1000"):
+        jsonio.loads(nested_text(jsonio.MAX_DEPTH + 1, big))
+
+
+def test_many_big_integers_are_read_exactly_by_the_standard_library():
+    text = b"[" + b",".join([b"-123456789012345678901234567890"] * 1001) + b"]"
+    assert jsonio.loads(text) == [-123456789012345678901234567890] * 1001
+    deep = nested_text(300, text)
+    assert innermost(jsonio.loads(deep), 301) == [-123456789012345678901234567890] * 1001
+    with pytest.raises(jsonio.TooDeep, match="beyond 64 bits"):  # past the standard library's
+        jsonio.loads(nested_text(jsonio.MAX_DEPTH - 1, text))
+
+
+def innermost(value: object, depth: int) -> object:
+    """The list `depth` levels down a value nested in one-element lists."""
+    for _ in range(depth - 1):
+        assert isinstance(value, list) and len(value) == 1
+        value = value[0]
+    return value
 
 
 def test_integers_beyond_a_doubles_range_are_read_exactly():
@@ -182,3 +206,126 @@ def test_the_fast_path_is_taken_only_when_every_number_token_is_written_back():
     value = jsonio.loads(deep)
     paths: list[tuple[str | int, ...]] = [("c",), ("a", *[0] * 300, 1, "b")]
     assert jsonio.forwarded(deep, paths, remove_paths(value, paths)) == jsonio.without(deep, paths)
+
+
+# --- runs of 19 digits or more: read as the standard library reads them ---------------------
+
+_LONG_TOKENS = (
+    st.integers(10**18, 10**400).map(lambda n: str(n).encode())
+    | st.integers(-(10**400), -(10**18)).map(lambda n: str(n).encode())
+    | st.sampled_from(
+        [b"1.12345678901234567890123", b"12345678901234567890123.5", b"1e0000000000000000000005",
+         b"-1E-00000000000000000000012", b"123456789012345678901e3", b"1e+00000000000000000000001",
+         b"1" + b"0" * 400 + b".5", b"18446744073709551615", b"-9223372036854775808"]
+    )
+)  # fmt: skip
+_LONG_STRINGS = st.sampled_from(
+    [b'"12345678901234567890123"', b'"\\"12345678901234567890123"', b'"\\\\"',
+     b'"x\\\\\\"12345678901234567890123\\\\"', b'"-12345678901234567890123:"', b'"\\u0031234"']
+)  # fmt: skip
+
+
+@st.composite
+def _long_documents(draw: st.DrawFn, depth: int = 0) -> bytes:
+    """JSON text as `_documents`, with integers beyond 64 bits and long runs of digits in
+    strings, names, fractions and exponents."""
+    kind = draw(st.sampled_from(["object", "array", "leaf"] if depth < 4 else ["leaf"]))
+    if kind == "leaf":
+        return draw(
+            _LONG_TOKENS
+            | _LONG_STRINGS
+            | _NUMBER_TOKENS
+            | _STRINGS
+            | st.sampled_from([b"true", b"false", b"null"])
+        )
+    space = draw(_SPACE)
+    items = draw(st.lists(_long_documents(depth + 1), max_size=4))
+    if kind == "array":
+        return b"[" + space + (b"," + space).join(items) + space + b"]"
+    names = draw(
+        st.lists(
+            _PLAIN | st.just("12345678901234567890123"),
+            min_size=len(items),
+            max_size=len(items),
+            unique=True,
+        )
+    )
+    members = [
+        jsonio.dumps(n) + space + b":" + space + v for n, v in zip(names, items, strict=True)
+    ]
+    return b"{" + space + (b"," + space).join(members) + b"}"
+
+
+def _reading(read: Callable[[bytes], object], text: bytes) -> object:
+    """What `read` makes of `text`: its value as the standard library writes it (types,
+    order and every digit), or the class of what it raised."""
+    try:
+        return json.dumps(read(text))
+    except (jsonio.JSONDecodeError, jsonio.TooDeep) as exc:
+        return type(exc)
+
+
+def _reference(text: bytes) -> object:
+    """The gateway's reading by its definition: JSON as orjson reads it but for the size of
+    integers, every integer exact and no member named twice (the standard library)."""
+    try:
+        orjson.loads(text)
+    except jsonio.JSONDecodeError as exc:
+        if not str(exc).startswith("number is infinity"):
+            raise
+    return jsonio._stdlib(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_long_documents(), st.sampled_from([b"", b"{", b'{"a":1,"a":2,"b":', b"[0"]))
+def test_long_runs_of_digits_are_read_as_the_standard_library_reads_them(text, opening):
+    if opening == b"{":
+        text = b'{"k":' + text + b"}"
+    elif opening == b"[0":
+        text = b"[01234567890123456789012," + text + b"]"  # a leading zero: refused
+    elif opening:
+        text = opening + text + b"}"  # a duplicate name: refused
+    expected = _reading(_reference, text)
+    assert _reading(jsonio.loads, text) == expected
+    marked_at_most = jsonio.MARKED_AT_MOST
+    jsonio.MARKED_AT_MOST = 0  # the document read twice instead (orjson, the standard library)
+    try:
+        assert _reading(jsonio.loads, text) == expected
+    finally:
+        jsonio.MARKED_AT_MOST = marked_at_most
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"[1" + b"0" * 400 + b", 'a']",  # invalid after an integer beyond a double's range
+        b"[1" + b"0" * 400 + b', "\\ud800"]',  # a lone surrogate: orjson refuses it
+        b"[" + b"1" * 5000 + b"]",  # more digits than Python converts
+        b"{12345678901234567890123: 1}",  # a number where a name must be
+        b'{"a":1, -12345678901234567890123 : 1}',
+        b"[012345678901234567890123]",
+        b"[+12345678901234567890123]",
+        b"[--12345678901234567890123]",
+        b"[1" + b"0" * 400 + b".5]",  # a float beyond a double's range
+        b'["\\u0000", 12345678901234567890123, 1e400]',
+    ],
+)
+def test_what_orjson_refuses_beside_a_big_integer_stays_refused(text):
+    with pytest.raises(jsonio.JSONDecodeError):
+        jsonio.loads(text)
+
+
+def test_a_few_big_integers_and_long_digit_strings_cost_no_second_parse(monkeypatch):
+    def second_parse(data: bytes) -> object:
+        raise AssertionError("read a second time")
+
+    monkeypatch.setattr(jsonio, "_stdlib", second_parse)
+    text = b'{"id":"12345678901234567890123","n":[-123456789012345678901234567890],"f":1.5}'
+    assert jsonio.loads(text) == {
+        "id": "12345678901234567890123",
+        "n": [-123456789012345678901234567890],
+        "f": 1.5,
+    }
+    assert jsonio.loads(b'{"n":1' + b"0" * 400 + b"}") == {"n": 10**400}
+    with pytest.raises(AssertionError, match="a second time"):  # past MARKED_AT_MOST
+        jsonio.loads(b"[" + b",".join([b"12345678901234567890123"] * 1001) + b"]")

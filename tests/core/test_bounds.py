@@ -45,16 +45,15 @@ from tests.core.hostile import (
 
 BUDGET_UNITS = 3.5  # 50 ms / ~14 ms, the unit on the reference machine
 MACHINE_FACTOR = 2.5
-# Shapes still over the goal (README, "Limits"): floods of members the gateway must
-# strip or list one by one, and integers beyond 64 bits that the standard library reads.
-# Their guard is a regression bound, not the goal.
+# Shapes still over the goal, well above the plain 1 MB shapes (README, "CPU per record"):
+# a flood of members the gateway must strip and list one by one (a copy and a path per
+# member, built in Python), and an integer beyond 64 bits beside 1 MB of messages. Their
+# guard is a regression bound, not the goal. (The 1 MB of resume entries and the events
+# with 1 MB of extra members left this set: they now cost what the plain shapes cost.)
 OVER_GOAL = {
-    "1 MB of resume entries",
     "1 MB of messages with an extra member",
     "1 MB of extra members at the top",
     "1 MB of messages, big integer in the state",
-    "RUN_FINISHED with 1 MB of extra members",
-    "an interrupt with 1 MB of extra members",
 }
 # ~0.5 s on the reference machine, five times the worst of them (7.5 units when last
 # measured, with the collector set as the service sets it): the seconds-long blow-ups of

@@ -111,3 +111,28 @@ def test_the_members_taken_out_are_the_unknown_ones_at_every_level():
     both = {**event, "thread_id": "other", "outcome": None}
     found = {}
     assert without_extras(RunFinishedEvent, both, found) is both and found == {}
+
+
+@SETTINGS
+@given(events(), st.integers(0, 4))
+def test_a_flood_of_unknown_members_is_counted_and_its_first_ones_listed(event, limit):
+    from ag_ui.core import RunFinishedEvent, SubagentFinishedEvent
+    from pydantic import ValidationError
+
+    from gateway.core.strip import unknown_members
+
+    model = {"RUN_FINISHED": RunFinishedEvent, "SUBAGENT_FINISHED": SubagentFinishedEvent}.get(
+        event["type"]
+    )
+    if model is None:
+        return
+    found: dict[Any, list[str]] = {}
+    try:
+        parsed = model.model_validate(without_extras(model, event, found), strict=True)
+    except ValidationError:
+        return
+    every: list[Any] = []
+    first: list[Any] = []
+    assert unknown_members(parsed, event, (), every, found) == len(every)
+    assert unknown_members(parsed, event, (), first, found, limit) == len(every)
+    assert first == every[:limit]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.core.shape import MANY_ERRORS, read_by_errors, read_input, remove_paths
 from tests.core.factories import entry, run_input
@@ -17,8 +19,9 @@ def test_a_well_formed_input_reads_cleanly():
     assert shape.model is not None
     assert shape.doc == raw
     assert (shape.malformed, shape.unknown, shape.stripped_unions) == ([], [], [])
-    assert shape.model.resume is not None
-    assert shape.model.resume[0].interrupt_id == "int-1"
+    assert shape.model.ids() == ["int-1"]
+    assert shape.model.entry(0) == ("int-1", "resolved", {"x": 1})
+    assert shape.model.entry(0).payload == {"x": 1}
 
 
 def test_unknown_members_are_located_at_every_level():
@@ -334,3 +337,43 @@ def test_a_flood_the_pass_does_not_account_for_is_read_error_by_error():
         message["content"] = "x"
     shape = read_input(raw)
     assert shape.model is None and [w for w, _ in shape.malformed] == ["/messages/5"]
+
+
+_TAGS = st.one_of(
+    st.sampled_from(["user", "assistant", "text", "image", "url"]),
+    st.lists(st.just("user"), max_size=2),
+    st.dictionaries(st.sampled_from(["role", "type"]), st.just("x"), max_size=1),
+    st.integers(),
+)
+_PARTS = st.lists(
+    st.fixed_dictionaries(
+        {"type": _TAGS},
+        optional={
+            "text": st.just("role"),
+            "source": st.fixed_dictionaries({"type": _TAGS}),
+            "data": st.fixed_dictionaries({"role": _TAGS}),  # a `role` that is no union tag
+        },
+    ),
+    max_size=3,
+)
+_MESSAGES = st.lists(
+    st.fixed_dictionaries(
+        {"id": st.just("m"), "role": _TAGS},
+        optional={"content": st.one_of(st.just('"role":['), _PARTS)},
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MESSAGES, st.booleans())
+def test_the_text_of_the_messages_rules_out_non_text_tags_only_when_there_are_none(messages, big):
+    from gateway.core.shape import _container_tags_possible, _non_text_tags
+
+    raw = {"threadId": "t", "runId": "r", "messages": messages}
+    if big:
+        raw["state"] = {"n": 10**30}  # not written by orjson: never shallow
+    found = _non_text_tags(raw)
+    assert _container_tags_possible(messages) or not found
+    if big and found:  # found before any validator meets the input, as before
+        assert read_input(raw).malformed == found
