@@ -264,3 +264,35 @@ async def test_a_producer_start_that_hangs_holds_up_no_other_pair(gw, monkeypatc
     assert cancelled and cancelled[0].stopped  # the start given up was stopped
     gw.assignment.cancel_prepares()
     await gw.assignment.settled()
+
+
+async def test_every_partition_read_in_the_batch_is_placed_at_once(gw, monkeypatch):
+    """aiokafka, left to place a partition itself, reads its committed offset alone, one
+    partition after another: the batch's read places them all, the partitions never
+    committed at their beginning in one reset."""
+    partitions = [*tps("alpha", 0), *tps("alpha", 1), *tps("beta", 0)]
+    await assign(gw, *partitions)
+    await gw.assignment.revoke(set(partitions))
+    committed = dict.fromkeys(tps("alpha", 0), 7)
+    gw.consumer.committed_offsets.update(committed)
+    sought: list[tuple[TopicPartition, int]] = []
+    beginnings: list[tuple[TopicPartition, ...]] = []
+    seek, seek_to_beginning = gw.consumer.seek, gw.consumer.seek_to_beginning
+
+    def recorded_seek(tp, offset):
+        sought.append((tp, offset))
+        seek(tp, offset)
+
+    async def recorded_beginning(*partitions):
+        beginnings.append(partitions)
+        await seek_to_beginning(*partitions)
+
+    monkeypatch.setattr(gw.consumer, "seek", recorded_seek)
+    monkeypatch.setattr(gw.consumer, "seek_to_beginning", recorded_beginning)
+    await assign(gw, *partitions)
+    never = {tp for tp in partitions if tp not in committed}
+    assert [set(b) for b in beginnings] == [never]  # one reset for all of them
+    # the committed ones placed by the batch (each pair seeks its own again when prepared)
+    assert set(sought[: len(committed)]) == set(committed.items())
+    assert all(gw.consumer.positions[tp] == 7 for tp in committed)
+    assert all(s.ready for s in gw.assignment.slots.values())
