@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -186,6 +187,18 @@ def _every_member_read(text: bytes, value: Any, data: bytes) -> bool:
     return False
 
 
+def _runs(data: bytes, digits: bytes, run: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of each run of at least len(run) digits in `data`, in order
+    (`digits` is `data` through _DIGITS_ONLY: each digit a zero, every other byte a space)."""
+    start = digits.find(run)
+    while start >= 0:
+        end = digits.find(b" ", start)
+        if end < 0:
+            end = len(data)
+        yield start, end
+        start = digits.find(run, end)
+
+
 def _integer_spans(data: bytes, digits: bytes) -> list[tuple[int, int]]:
     """(start, end) of each integer token of 19 digits or more (with its minus sign):
     each run of that many digits outside the strings of `data` that no fraction or
@@ -198,16 +211,11 @@ def _integer_spans(data: bytes, digits: bytes) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     in_string = False
     counted = 0
-    start = digits.find(_LONG_RUN)
-    while start >= 0:
-        end = digits.find(b" ", start)
-        if end < 0:
-            end = len(data)
+    for start, end in _runs(data, digits, _LONG_RUN):
         in_string ^= quotes.count(b'"', counted, start) % 2 == 1
         counted = start
         if not in_string and _an_integer(data, start, end):
             spans.append((start - 1 if start and data[start - 1] == 0x2D else start, end))
-        start = digits.find(_LONG_RUN, end)
     return spans
 
 
@@ -347,15 +355,10 @@ def _read_as_finite(data: bytes, digits: bytes) -> Any:
     a leading zero stays invalid. `digits` is `data` through _DIGITS_ONLY."""
     pieces: list[bytes] = []
     done = 0
-    start = digits.find(_VERY_LONG_RUN)
-    while start >= 0:
-        end = digits.find(b" ", start)
-        if end < 0:
-            end = len(data)
+    for start, end in _runs(data, digits, _VERY_LONG_RUN):
         if not _in_a_float(data, start, end):  # a fraction or an exponent is kept as it is
             pieces += (data[done:start], data[start : start + (2 if data[start] == 0x30 else 1)])
             done = end
-        start = digits.find(_VERY_LONG_RUN, end)
     if not pieces:
         return orjson.loads(data)
     try:
