@@ -159,40 +159,44 @@ async def test_without_a_session_every_fetch_stays_full() -> None:
     assert sessions.fetched_end(TopicPartition("a", 0), TopicPartition("a", 1)) is None
 
 
-async def test_a_quiet_partitions_figure_holds_as_of_the_latest_response() -> None:
+EV, RQ = TopicPartition("a", 0), TopicPartition("a", 1)
+
+
+async def reported_session() -> tuple[ScriptedBroker, FetchSessions]:
+    """A session opened by a full fetch whose response reported every partition."""
     broker = ScriptedBroker()
     sessions = FetchSessions(broker)
-    ev, rq = TopicPartition("a", 0), TopicPartition("a", 1)
     reported = {("a", 0): (0, 10), ("a", 1): (0, 20), ("b", 0): (0, 5)}
     await exchange(broker, sessions, ALL, response(session_id=7, partitions=reported))
-    first = sessions.fetched_end(ev, rq)
+    return broker, sessions
+
+
+async def test_a_quiet_partitions_figure_holds_as_of_the_latest_response() -> None:
+    broker, sessions = await reported_session()
+    first = sessions.fetched_end(EV, RQ)
     assert first is not None and first[0] == 10
     time.sleep(0.003)
     # a quiet fetch names nothing: the figure is unchanged, as of this response
     await exchange(broker, sessions, ALL, response(session_id=7))
-    later = sessions.fetched_end(ev, rq)
+    later = sessions.fetched_end(EV, RQ)
     assert later is not None and later[0] == 10 and later[1] > first[1]
     # a moved figure comes in its response
     await exchange(broker, sessions, ALL, response(session_id=7, partitions={("a", 0): (0, 12)}))
-    assert sessions.fetched_end(ev, rq) == (12, sessions._sessions[NODE].confirmed_at)
+    assert sessions.fetched_end(EV, RQ) == (12, sessions._sessions[NODE].confirmed_at)
     # an error on the partition: no figure
     await exchange(broker, sessions, ALL, response(session_id=7, partitions={("a", 0): (6, -1)}))
-    assert sessions.fetched_end(ev, rq) is None
+    assert sessions.fetched_end(EV, RQ) is None
 
 
 async def test_a_partition_out_of_the_session_has_no_figure() -> None:
-    broker = ScriptedBroker()
-    sessions = FetchSessions(broker)
-    ev, rq = TopicPartition("a", 0), TopicPartition("a", 1)
-    reported = {("a", 0): (0, 10), ("a", 1): (0, 20), ("b", 0): (0, 5)}
-    await exchange(broker, sessions, ALL, response(session_id=7, partitions=reported))
+    broker, sessions = await reported_session()
     # the events partition is paused or buffered: left out of the fetch, forgotten
     await exchange(broker, sessions, {("a", 1): 20, ("b", 0): 5}, response(session_id=7))
-    assert sessions.fetched_end(ev, rq) is None
-    assert sessions.fetched_end(TopicPartition("b", 0), rq) is not None
+    assert sessions.fetched_end(EV, RQ) is None
+    assert sessions.fetched_end(TopicPartition("b", 0), RQ) is not None
     # a failed session knows nothing
     await exchange(broker, sessions, ALL, response(session_id=7, error=71))
-    assert sessions.fetched_end(TopicPartition("b", 0), rq) is None
+    assert sessions.fetched_end(TopicPartition("b", 0), RQ) is None
 
 
 def test_other_requests_and_attributes_pass_through() -> None:
