@@ -217,6 +217,27 @@ async def killed_at_end(gateways: list[GatewayProcess]) -> AsyncIterator[None]:
                 await gw.proc.wait()
 
 
+def state_of(gw: GatewayProcess) -> str:
+    """The instance's readiness and the metrics that say whether it decides and commits."""
+    try:
+        status, ready = gw.http("/readyz")
+        shown = [
+            line
+            for line in gw.metrics().splitlines()
+            if line.startswith(
+                (
+                    "agui_gateway_transactions_total",
+                    "agui_gateway_requests_total",
+                    "agui_gateway_pairs_restoring",
+                    "agui_gateway_consumer_lag",
+                )
+            )
+        ]
+    except Exception as exc:  # the instance may be gone or hung: say so
+        return f"instance not answering: {exc!r}\n{gw.log_tail(20)}"
+    return f"/readyz {status} {ready[:300]!r}\n" + "\n".join(shown) + "\n" + gw.log_tail(20)
+
+
 async def handed_over(incumbent: GatewayProcess, joiner: GatewayProcess) -> None:
     """Until both instances are ready, the joiner holding pairs and the two all, apart."""
     everything = {f"{a}/0" for a in AGENTS}
@@ -317,7 +338,10 @@ async def test_every_request_of_200_agents_is_decided_once_through_every_disrupt
         at_disruption["broker"] = fleet.verdicts().of("broker")
         await asyncio.to_thread(broker.kill)
         await asyncio.to_thread(broker.start)
-        await fleet.settled("broker")
+        try:
+            await fleet.settled("broker")
+        except AssertionError as exc:  # what the instance shows, for whoever reads the failure
+            raise AssertionError(f"{exc}\n{await asyncio.to_thread(state_of, second)}") from None
         await second.wait_ready(READY_TIMEOUT_S)
         mark("broker")
         assert await second.stop(signal.SIGTERM) == 0, second.log_tail()
