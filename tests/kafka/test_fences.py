@@ -13,13 +13,7 @@ from aiokafka import TopicPartition
 from gateway.kafka import clients
 from gateway.kafka.fences import Fences
 from gateway.settings import Settings
-from tests.integration.conftest import (  # noqa: F401  (the fixtures)
-    CreateTopics,
-    create_topics,
-    kafka_admin,
-    kafka_bootstrap,
-    unique_name,
-)
+from tests.integration.conftest import CreateTopics
 from tests.integration.support import produce
 
 pytestmark = pytest.mark.integration
@@ -53,9 +47,9 @@ class Slot:
 
 
 async def test_a_look_up_over_topics_new_to_its_client_learns_them_in_one_update(
-    kafka_bootstrap: str,  # noqa: F811
-    create_topics: CreateTopics,  # noqa: F811
-    unique_name: Callable[[str], str],  # noqa: F811
+    kafka_bootstrap: str,
+    create_topics: CreateTopics,
+    unique_name: Callable[[str], str],
 ) -> None:
     """aiokafka's look-up learns one unknown topic per attempt, 100 ms apart: a round's
     look-up over a fleet's events topics took seconds, and held every pair meanwhile."""

@@ -15,13 +15,7 @@ from aiokafka.protocol.fetch import FetchRequest, FetchRequest_v4, FetchRequest_
 
 from gateway.kafka import fetchsessions, fetchwalk
 from gateway.kafka.fetchsessions import FetchSessions, SessionRequest
-from tests.integration.conftest import (  # noqa: F401  (the fixtures)
-    CreateTopics,
-    create_topics,
-    kafka_admin,
-    kafka_bootstrap,
-    unique_name,
-)
+from tests.integration.conftest import CreateTopics
 
 NODE = 1
 
@@ -243,9 +237,9 @@ class Tap:
 
 @pytest.mark.integration
 async def test_a_consumer_in_sessions_reads_exactly_the_committed_records(
-    kafka_bootstrap: str,  # noqa: F811
-    create_topics: CreateTopics,  # noqa: F811
-    unique_name: Callable[[str], str],  # noqa: F811
+    kafka_bootstrap: str,
+    create_topics: CreateTopics,
+    unique_name: Callable[[str], str],
 ) -> None:
     """Many quiet partitions and a few busy ones, committed and aborted transactions:
     the consumer reads what read_committed shows, while quiet fetches name nothing."""

@@ -21,13 +21,7 @@ from gateway.kafka import clients, groupfence, groupoffsets
 from gateway.kafka.groupfence import GroupFenced, GroupMetadata
 from gateway.kafka.groupoffsets import OffsetsUnstable
 from gateway.settings import Settings
-from tests.integration.conftest import (  # noqa: F401  (the fixtures)
-    CreateTopics,
-    create_topics,
-    kafka_admin,
-    kafka_bootstrap,
-    unique_name,
-)
+from tests.integration.conftest import CreateTopics
 
 pytestmark = pytest.mark.integration
 
@@ -45,9 +39,9 @@ class Topics:
 
 @pytest.fixture
 async def setup(
-    kafka_bootstrap: str,  # noqa: F811
-    create_topics: CreateTopics,  # noqa: F811
-    unique_name: Callable[[str], str],  # noqa: F811
+    kafka_bootstrap: str,
+    create_topics: CreateTopics,
+    unique_name: Callable[[str], str],
 ) -> AsyncIterator[tuple[Settings, Topics, Callable[[str], str]]]:
     settings = Settings(bootstrap_servers=kafka_bootstrap)
     topics = Topics(unique_name("gf-in"), unique_name("gf-out"), unique_name("gf-group"))

@@ -21,13 +21,7 @@ from gateway.kafka import clients, fencewire, groupoffsets, hanging
 from gateway.kafka.fencewire import GroupMetadata
 from gateway.kafka.groupoffsets import OffsetsUnstable
 from gateway.settings import Settings
-from tests.integration.conftest import (  # noqa: F401  (the fixtures)
-    CreateTopics,
-    create_topics,
-    kafka_admin,
-    kafka_bootstrap,
-    unique_name,
-)
+from tests.integration.conftest import CreateTopics
 from tests.integration.support import GatewayProcess, Namespace, produce
 from tests.integration.test_gateway_durability import (
     AGENT,
@@ -119,9 +113,9 @@ async def hang(
 
 
 async def test_a_sweep_aborts_what_a_hanging_transaction_of_the_same_id_left(
-    kafka_bootstrap: str,  # noqa: F811
-    create_topics: CreateTopics,  # noqa: F811
-    unique_name: Callable[[str], str],  # noqa: F811
+    kafka_bootstrap: str,
+    create_topics: CreateTopics,
+    unique_name: Callable[[str], str],
 ) -> None:
     settings = Settings(bootstrap_servers=kafka_bootstrap)
     source, output = unique_name("hang-in"), unique_name("hang-out")
@@ -147,7 +141,7 @@ async def test_a_sweep_aborts_what_a_hanging_transaction_of_the_same_id_left(
 
 
 async def test_a_gateway_sweeps_a_hanging_transaction_of_its_pair_and_decides_once(
-    kafka_bootstrap: str,  # noqa: F811
+    kafka_bootstrap: str,
     tmp_path,
 ) -> None:
     ns = Namespace(kafka_bootstrap)
