@@ -18,7 +18,6 @@ zombies) can write many pairs' rounds in one transaction behind the same call.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from collections.abc import Iterable
@@ -30,7 +29,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from gateway.kafka import hanging
 from gateway.kafka.groupoffsets import group_committed_offsets, rewind
 from gateway.kafka.round import Round
-from gateway.kafka.transaction import begin_and_send, fenced_producer, start_transactional
+from gateway.kafka.transaction import (
+    abort_quietly,
+    begin_and_send,
+    bounded,
+    fenced_producer,
+    start_transactional,
+    stop_producer,
+)
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 
@@ -113,10 +119,7 @@ class Checkpoint:
         )
 
     async def close(self, key: PairKey) -> None:
-        producer = self._producers.pop(key, None)
-        if producer is not None:
-            with contextlib.suppress(Exception):
-                await producer.stop()
+        await stop_producer(self._producers.pop(key, None))
 
     def detach(self, key: PairKey) -> AIOKafkaProducer | None:
         """Take the pair's producer away (to be closed later, once no commit runs)."""
@@ -141,13 +144,15 @@ class Checkpoint:
             # Building the records is inside: a defect there aborts this pair's round
             # (it is read again from the last commit), it never escapes the loop.
             records = work.round.records()
-            delivered = await begin_and_send(producer, records)
-            if work.offsets:
-                await producer.send_offsets_to_transaction(work.offsets, self.settings.group_id)
-            # A record the producer gave up on does not fail the transaction by itself:
-            # committed, it would be lost behind the committed offsets. Aborted instead.
-            await asyncio.gather(*delivered)
-            await producer.commit_transaction()
+            async with bounded(self.settings):
+                delivered = await begin_and_send(producer, records)
+                if work.offsets:
+                    await producer.send_offsets_to_transaction(work.offsets, self.settings.group_id)
+                # A record the producer gave up on does not fail the transaction by
+                # itself: committed, it would be lost behind the committed offsets.
+                # Aborted instead.
+                await asyncio.gather(*delivered)
+                await producer.commit_transaction()
         except Exception as exc:
             agent, partition = work.key
             if fenced_producer(producer, exc):
@@ -162,8 +167,7 @@ class Checkpoint:
                 "transaction failed; rewinding to the last commit",
                 extra={"agent": agent, "partition": partition, "error": repr(exc)},
             )
-            with contextlib.suppress(Exception):
-                await producer.abort_transaction()
+            await abort_quietly(producer)
             return Result(Outcome.FAILED, exc)
         self.metrics.transactions.labels("committed").inc()
         return Result(Outcome.COMMITTED)

@@ -26,7 +26,6 @@ rebalance under way, which hands them to their new owner.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 
@@ -37,7 +36,9 @@ from gateway.kafka import groupfence
 from gateway.kafka.checkpoint import Outcome, PairKey, Result, Work
 from gateway.kafka.groupoffsets import group_committed_offsets, rewind
 from gateway.kafka.transaction import (
+    abort_quietly,
     begin_and_send,
+    bounded,
     fenced_producer,
     start_transactional,
     stop_producer,
@@ -162,10 +163,11 @@ class InstanceCheckpoint:
             records = [r for w in works for r in w.round.records()]
             for w in works:
                 offsets.update(w.offsets)
-            delivered = await begin_and_send(producer, records)
-            await groupfence.send_offsets_to_transaction(producer, offsets, group)
-            await asyncio.gather(*delivered)
-            await producer.commit_transaction()
+            async with bounded(self.settings):
+                delivered = await begin_and_send(producer, records)
+                await groupfence.send_offsets_to_transaction(producer, offsets, group)
+                await asyncio.gather(*delivered)
+                await producer.commit_transaction()
         except Exception as exc:
             fenced = isinstance(exc, (groupfence.GroupFenced, ProducerFenced)) or fenced_producer(
                 producer, exc
@@ -176,8 +178,7 @@ class InstanceCheckpoint:
                 len(works),
                 extra={"error": repr(exc), "fenced": fenced},
             )
-            with contextlib.suppress(Exception):
-                await producer.abort_transaction()
+            await abort_quietly(producer)
             # the producer may be in a fatal state: a fresh one for the next transaction
             self._producers[index] = None
             await stop_producer(producer)

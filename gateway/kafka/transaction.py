@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -35,10 +36,60 @@ WRITTEN_TOPICS_METADATA_S = 5.0  # a metadata update before writing a topic new 
 PRODUCER_BATCH_BYTES = 512 * 1024
 
 
+# How long an abort or a stop after a failed transaction may take: a producer whose
+# commit never ended may never answer these either.
+GIVE_UP_S = 5.0
+# Past the broker's own timeout a transaction not yet committed has been aborted by
+# the broker: waiting longer than this margin beyond it cannot help.
+DEADLINE_MARGIN_S = 10.0
+
+
+class TransactionStuck(Exception):
+    """A transaction that did not end within its deadline (see `deadline_s`)."""
+
+
+def deadline_s(settings: Settings) -> float:
+    """How long one transaction's work (begin, send, offsets, commit) may take.
+
+    aiokafka can wait for ever in `commit_transaction` when its broker died and came
+    back (the `EndTxn` is never sent); one such commit held a pair, and with one
+    producer per instance every pair, for good. Past `transaction_timeout_ms` the
+    broker has aborted a transaction it was not asked to commit, so the deadline is
+    that timeout plus a margin; a transaction past it fails like any other (its
+    rounds are rewound to the last commit and read again), whether or not it
+    committed in the end: the stable offset fetch that follows tells which."""
+    return settings.transaction_timeout_ms / 1000 + DEADLINE_MARGIN_S
+
+
+@contextlib.asynccontextmanager
+async def bounded(settings: Settings) -> AsyncIterator[None]:
+    """Run one transaction's work within `deadline_s`; `TransactionStuck` past it."""
+    limit = deadline_s(settings)
+    try:
+        async with asyncio.timeout(limit) as scope:
+            yield
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        raise TransactionStuck(
+            f"the transaction did not end within {limit:g} s (transaction_timeout_ms plus a margin)"
+        ) from None
+
+
+async def abort_quietly(producer: AIOKafkaProducer) -> None:
+    """Abort the open transaction after a failure, for at most `GIVE_UP_S`."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(GIVE_UP_S):
+            await producer.abort_transaction()
+
+
 async def stop_producer(producer: AIOKafkaProducer | None) -> None:
+    """Stop a producer, for at most `GIVE_UP_S` (its connections are then left to close
+    with the process: a producer stuck in a transaction may not stop at all)."""
     if producer is not None:
         with contextlib.suppress(Exception):
-            await producer.stop()
+            async with asyncio.timeout(GIVE_UP_S):
+                await producer.stop()
 
 
 async def start_transactional(
