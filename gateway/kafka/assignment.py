@@ -295,6 +295,8 @@ class Assignment:
             async with self._preparing:
                 if self.holds(slot):
                     await self.preparer.prepare_one(slot)
+                    if self.committer.healing(slot):  # asked while it was not ready
+                        self.committer.launch([slot])
             return True
         except Exception as exc:
             log.error(
@@ -308,6 +310,15 @@ class Assignment:
             )
             self.denials.note(slot.key, exc, "Read", preparing=True)
             return False
+
+    def heal(self) -> int:
+        """After the broker was lost: every pair held commits once more, adding every
+        partition it writes (see `hanging`); a pair not ready heals once prepared.
+        How many pairs were asked."""
+        slots = [s for s in self.slots.values() if not s.discarded]
+        for slot in slots:
+            self.committer.heal(slot, self.preparer.written(slot))
+        return len(slots)
 
     # --- what the committer asks of the holder ---------------------------------------------
 

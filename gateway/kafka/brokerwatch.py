@@ -11,6 +11,11 @@ unreachable once no answer came for `unreachable_after_s`. `/readyz` reports it
 One line is logged when the broker is found unreachable and one when it answers
 again; the probes' own failures are not logged (aiokafka's records of them are
 collapsed by `gateway.observe.logs`).
+
+`back` is called at the first answer after the broker was lost: a probe refused
+(a connection error, not a slow answer), or no answer for `unreachable_after_s`.
+A broker that died and restarted is lost that way for at least one probe; the
+runner then heals what such a restart may leave hanging (see `hanging`).
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ class BrokerWatch:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        back: Callable[[], None] = lambda: None,
     ) -> None:
         self.probe = probe
+        self.back = back
         self.unreachable_after_s = unreachable_after_s
         # often enough that a healthy broker's last answer is never near the limit
         self.interval_s = max(0.1, min(2.0, unreachable_after_s / 5))
@@ -49,6 +56,7 @@ class BrokerWatch:
         self._last_answer_wall = wall_clock()
         self._last_error: str | None = None
         self._reported = False  # "unreachable" logged, "reachable again" not yet
+        self._lost = False  # refused or silent since the last answer: `back` is due
         self._task: asyncio.Task[None] | None = None
 
     # --- the answer ------------------------------------------------------------------------
@@ -83,11 +91,12 @@ class BrokerWatch:
             self._last_error = f"no answer within {self.timeout_s:g} s"
         except Exception as exc:
             self._last_error = _short(exc)
+            self._lost = True
         else:
             self._answered()
             return True
         if not self.reachable and not self._reported:
-            self._reported = True
+            self._reported = self._lost = True
             log.error(
                 "kafka broker unreachable: no answer for %.0f s; not ready until it answers",
                 self.clock() - self._last_answer,
@@ -105,6 +114,12 @@ class BrokerWatch:
         self._last_answer = self.clock()
         self._last_answer_wall = self.wall_clock()
         self._last_error = None
+        if self._lost:
+            self._lost = False
+            try:
+                self.back()
+            except Exception:  # the watch goes on: readiness must not depend on it
+                log.exception("reacting to the broker's return failed")
 
     async def _run(self) -> None:
         while True:

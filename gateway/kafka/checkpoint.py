@@ -58,6 +58,9 @@ class Work:
     key: PairKey
     round: Round
     offsets: dict[TopicPartition, int]
+    # partitions the transaction adds though the round may write nothing there: a heal
+    # (see `hanging`), whose COMMIT markers complete what a hanging transaction left
+    touch: tuple[TopicPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,7 @@ class Checkpoint:
             records = work.round.records()
             async with bounded(self.settings):
                 delivered = await begin_and_send(producer, records)
+                hanging.add_partitions(producer, work.touch)
                 if work.offsets:
                     await producer.send_offsets_to_transaction(work.offsets, self.settings.group_id)
                 # A record the producer gave up on does not fail the transaction by

@@ -4,6 +4,8 @@
 the loop goes on judging the next one (a second pending layer over the one
 committing); a slow commit holds back no other pair. `commit` commits pending
 rounds now (a revoke, a shutdown); `drain` waits for the commits under way.
+`heal` has a pair's next transaction add every partition it writes, and start
+at once even with nothing to commit (see `hanging`: after the broker was lost).
 
 What a failed commit does to the pair's place in the instance (pause it, drop
 it when fenced, prepare it again) is asked of its `Holder`, the assignment:
@@ -18,6 +20,8 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
+
+from aiokafka import TopicPartition
 
 from gateway.kafka.checkpoint import Outcome, Strategy, Work
 from gateway.kafka.denials import Denials
@@ -68,6 +72,8 @@ class Committer:
         self._observers: list[Callable[[PairSlot, Round], None]] = []
         self._inflight: dict[PairKey, asyncio.Task[None]] = {}  # commits under way
         self._paced: dict[PairKey, asyncio.TimerHandle] = {}  # commits waiting for the floor
+        # pairs to heal: their next transaction adds these partitions (see `heal`)
+        self._healing: dict[PairKey, tuple[TopicPartition, ...]] = {}
 
     def observe(self, observer: Callable[[PairSlot, Round], None]) -> None:
         """Call `observer(slot, round)` each time a pair's round has committed (see
@@ -88,6 +94,20 @@ class Committer:
         """The pair is given up: no paced commit starts for it, its floor is forgotten."""
         self._unpace(key)
         self.pacing.forget(key)
+        self._healing.pop(key, None)
+
+    def healing(self, slot: PairSlot) -> bool:
+        """Whether the pair's heal has not committed yet."""
+        return slot.key in self._healing
+
+    def heal(self, slot: PairSlot, partitions: list[TopicPartition]) -> None:
+        """Have the pair's next transaction add `partitions` and its committed offsets,
+        and start it now (or once its commit under way ended, or once it is prepared
+        again), whether or not it decided anything. Its COMMIT markers complete what a
+        hanging transaction of the pair's producer left in them (see `hanging`); it is
+        asked again until one commits."""
+        self._healing[slot.key] = tuple(partitions)
+        self.launch([slot])
 
     def unpace_all(self) -> None:
         """No paced commit starts by itself any more (a final commit takes their rounds)."""
@@ -108,9 +128,10 @@ class Committer:
         for slot in slots:
             if self.in_flight(slot) or slot.discarded or not slot.ready:
                 continue
-            if slot.pair.round.empty() or not self.checkpoint.holds(slot.key):
+            touch = self._healing.get(slot.key)
+            if (slot.pair.round.empty() and touch is None) or not self.checkpoint.holds(slot.key):
                 continue
-            wait = self.pacing.wait(slot.key, slot.pair.round.size(), now)
+            wait = self.pacing.wait(slot.key, slot.pair.round.size(), now) if touch is None else 0
             if wait > 0:  # the floor: this round keeps filling until then
                 if slot.key not in self._paced:
                     self._paced[slot.key] = asyncio.get_running_loop().call_later(
@@ -119,7 +140,12 @@ class Committer:
                 continue
             self._unpace(slot.key)
             self.pacing.began(slot.key, now)
-            work = Work(slot.key, slot.pair.seal(), slot.offsets_of(slot.pair.sealed))
+            sealed = slot.pair.seal()
+            if touch is None:
+                work = Work(slot.key, sealed, slot.offsets_of(sealed))
+            else:  # the offsets it committed, again, so the group's partition is marked too
+                offsets = {**slot.committed, **slot.offsets_of(sealed)}
+                work = Work(slot.key, sealed, offsets, touch)
             task = asyncio.create_task(self._commit_in_background(slot, work))
             self._inflight[slot.key] = task
             task.add_done_callback(functools.partial(self._landed, slot.key))
@@ -146,8 +172,8 @@ class Committer:
         self._landed(slot.key, asyncio.current_task())
         if retry:
             self.holder.retry(slot)
-        elif done is not None and slot.pair.round.decided_any:
-            self.launch([slot])  # decided requests wait on this commit: at once
+        elif done is not None and (slot.pair.round.decided_any or self.healing(slot)):
+            self.launch([slot])  # decided requests (or a heal) wait on this commit: at once
 
     async def drain(self, slots: list[PairSlot] | None = None) -> None:
         """Wait for the commits under way (of `slots`, or all) to end."""
@@ -187,6 +213,8 @@ class Committer:
         (result,) = await self.checkpoint.commit([work])
         pair = slot.pair
         if result.outcome is Outcome.COMMITTED:
+            if work.touch and self._healing.get(slot.key) == work.touch:
+                del self._healing[slot.key]
             if self.denials.granted(slot.key):
                 self.changed()
             slot.committed.update(work.offsets)

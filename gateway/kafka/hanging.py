@@ -22,6 +22,18 @@ markers discard what the hanging transaction left: its outputs stay invisible,
 its offsets are never committed, and the requests it decided are decided again
 from the last committed offsets, once. Nothing is lost and nothing is doubled.
 
+The same restart can leave a transaction hanging that the instance saw commit
+(its EndTxn answered before the broker died) and carries on after: its records
+hold the last stable offset of every partition it wrote, a shared `rejections`
+partition included, until the same producer id writes a marker there, which may
+be never for a pair with no more work. That transaction was committed, so it is
+*healed*, not swept: once the broker answers again after it was lost, each
+ready pair commits one transaction that adds every partition it writes (records
+or none) and its committed offsets again. Its COMMIT markers complete what the
+hanging transaction left as committed, as its coordinator decided. A pair that
+was committing when the broker went fails that commit, is rewound and prepared
+again (its pending offsets then swept, as above), and heals once it is ready.
+
 Reply topics named by requests (`replyTo`) cannot be listed in advance: a
 hanging record in one of them stays until the pair next writes that partition.
 With `producer_scope = "instance"` the pending offsets may belong to another
@@ -60,15 +72,26 @@ async def sweep(
     ordered = sorted(set(partitions))
     await producer.begin_transaction()
     try:
-        # aiokafka adds a partition to a transaction only when a record is sent to
-        # it; the sweep writes no record, so it asks for the partitions directly.
-        txn = producer._txn_manager  # reach: no public call adds a partition alone
-        for tp in ordered:
-            txn.maybe_add_partition_to_txn(tp)
+        add_partitions(producer, ordered)
         await producer.send_offsets_to_transaction(offsets, group_id)
     finally:
         await producer.abort_transaction()
     return ordered
+
+
+def add_partitions(producer: AIOKafkaProducer, partitions: Iterable[TopicPartition]) -> None:
+    """Add `partitions` to the producer's open transaction, records or none.
+
+    aiokafka adds a partition to a transaction only when a record is sent to it;
+    a sweep or a heal writes no record there, so it asks for the partitions
+    directly. The transaction's marker then reaches each of them.
+    """
+    partitions = list(partitions)
+    if not partitions:  # the usual commit: nothing to reach for
+        return
+    txn = producer._txn_manager  # reach: no public call adds a partition alone
+    for tp in partitions:
+        txn.maybe_add_partition_to_txn(tp)
 
 
 def written_partitions(

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
-from gateway.kafka import groupfence
+from gateway.kafka import groupfence, hanging
 from gateway.kafka.checkpoint import Outcome, PairKey, Result, Work
 from gateway.kafka.groupoffsets import group_committed_offsets, rewind
 from gateway.kafka.transaction import (
@@ -165,6 +165,7 @@ class InstanceCheckpoint:
                 offsets.update(w.offsets)
             async with bounded(self.settings):
                 delivered = await begin_and_send(producer, records)
+                hanging.add_partitions(producer, sorted({tp for w in works for tp in w.touch}))
                 await groupfence.send_offsets_to_transaction(producer, offsets, group)
                 await asyncio.gather(*delivered)
                 await producer.commit_transaction()

@@ -239,13 +239,8 @@ class Preparer:
         except OffsetsUnstable as exc:
             pending = str(exc)
         agent, partition = slot.key
-        topics = slot.pair.topics
         offsets = {tp: slot.committed.get(tp, 0) for tp in tps}
-        partitions = hanging.written_partitions(
-            lambda topic: clients.partitions_for(self.consumer, topic),
-            [topics.run_requests, *self.names.shared_outputs()],
-            [TopicPartition(topics.changelog, partition)],
-        )
+        partitions = self.written(slot)
         where = {"agent": agent, "partition": partition, "pending": pending}
         try:
             swept = await self.checkpoint.sweep(slot.key, partitions, offsets)
@@ -266,6 +261,15 @@ class Preparer:
                     extra={**where, "partitions": len(swept)},
                 )
         return await self.checkpoint.committed_offsets(tps, slot.committed)
+
+    def written(self, slot: PairSlot) -> list[TopicPartition]:
+        """Every partition the pair may write (reply topics aside: see `hanging`)."""
+        topics = slot.pair.topics
+        return hanging.written_partitions(
+            lambda topic: clients.partitions_for(self.consumer, topic),
+            [topics.run_requests, *self.names.shared_outputs()],
+            [TopicPartition(topics.changelog, slot.pair.partition)],
+        )
 
     async def check_agent(self, agent: str) -> str | None:
         """Why an agent must be refused, or None: co-partitioning and its changelog."""

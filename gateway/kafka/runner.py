@@ -102,7 +102,9 @@ class Gateway:
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None
         self.offsets: AIOKafkaConsumer | None = None  # end offsets for the fence
-        self.broker = BrokerWatch(lambda: clients.probe(self.admin), settings.broker_timeout_s)
+        self.broker = BrokerWatch(
+            lambda: clients.probe(self.admin), settings.broker_timeout_s, back=self._broker_back
+        )
         self.assignment: Assignment | None = None
         self.busy: dict[PairKey, PairSlot] = {}  # pairs with records, pending work or a sweep
         self.fences: Fences | None = None
@@ -112,6 +114,15 @@ class Gateway:
         self._last_lag = 0.0
         self._lag_task: asyncio.Task[None] | None = None
         metrics.prime_transactions()
+
+    def _broker_back(self) -> None:
+        """The broker answers again after it was lost: it may have restarted uncleanly
+        and left transactions hanging that this instance saw commit (see `hanging`)."""
+        if self.assignment is not None:
+            pairs = self.assignment.heal()
+            log.info(
+                "kafka broker answers again: every pair commits once more", extra={"pairs": pairs}
+            )
 
     def make_pair(self, agent: str, partition: int) -> PartitionPair:
         return PartitionPair(self.names.for_agent(agent), partition, self.context)

@@ -369,6 +369,22 @@ class Tail:
             assert time.monotonic() < deadline, f"not read to the end in {timeout} s: {behind[:3]}"
             await asyncio.sleep(0.1)
 
+    async def held(self) -> list[str]:
+        """Partitions whose last stable offset is behind their high watermark (records of
+        a transaction still open, or hanging), as `topic[partition] stable/high`."""
+        stable = await self.consumer.end_offsets(self.partitions)
+        plain = AIOKafkaConsumer(bootstrap_servers=self.bootstrap)  # read_uncommitted
+        await plain.start()
+        try:
+            high = await plain.end_offsets(self.partitions)
+        finally:
+            await plain.stop()
+        return [
+            f"{tp.topic}[{tp.partition}] {stable[tp]}/{high[tp]}"
+            for tp in self.partitions
+            if stable[tp] < high[tp]
+        ]
+
     async def wait(self, check: Callable[[list[Any]], bool], what: str, timeout: float) -> None:
         """Until `check(records)` holds (or fail, saying `what`)."""
         deadline = time.monotonic() + timeout

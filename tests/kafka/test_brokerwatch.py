@@ -109,3 +109,54 @@ def test_the_probe_interval_leaves_room_under_the_limit(after, interval) -> None
     w = BrokerWatch(Probe(), after)
     assert w.interval_s == interval
     assert w.timeout_s <= after
+
+
+# --- `back`: the first answer after the broker was lost --------------------------------------
+
+
+def watch_back(probe: Probe, clock: Clock, after: float = 10.0) -> tuple[BrokerWatch, list[int]]:
+    calls: list[int] = []
+    w = BrokerWatch(probe, after, clock=clock, wall_clock=lambda: 0.0, back=lambda: calls.append(1))
+    return w, calls
+
+
+async def test_an_answer_after_a_refused_probe_calls_back_once() -> None:
+    clock, probe = Clock(), Probe()
+    w, calls = watch_back(probe, clock)
+    assert await w.check() and calls == []  # answering all along: nothing to heal
+    probe.mode = "fail"  # refused: a broker that died, even for less than the limit
+    assert not await w.check() and not await w.check()
+    assert calls == []
+    probe.mode = "answer"
+    assert await w.check() and await w.check()
+    assert calls == [1]
+
+
+async def test_a_slow_answer_alone_calls_nothing_back_but_a_silence_past_the_limit_does() -> None:
+    clock, probe = Clock(), Probe()
+    w, calls = watch_back(probe, clock, after=0.2)
+    probe.mode = "hang"
+    assert not await asyncio.wait_for(w.check(), timeout=30)  # within the limit
+    probe.mode = "answer"
+    assert await w.check() and calls == []
+    probe.mode = "hang"
+    clock.now += 1  # silent past the limit: lost, however it failed
+    assert not await asyncio.wait_for(w.check(), timeout=30)
+    probe.mode = "answer"
+    assert await w.check() and calls == [1]
+
+
+async def test_a_back_that_raises_is_logged_and_the_watch_goes_on(caplog) -> None:
+    clock, probe = Clock(), Probe()
+
+    def broken() -> None:
+        raise RuntimeError("no")
+
+    w = BrokerWatch(probe, 10.0, clock=clock, back=broken)
+    probe.mode = "fail"
+    await w.check()
+    probe.mode = "answer"
+    with caplog.at_level(logging.ERROR, logger="gateway.kafka.broker"):
+        assert await w.check()
+    assert "reacting to the broker's return failed" in caplog.text
+    assert w.state() == (True, "reachable")

@@ -161,3 +161,67 @@ async def test_enough_pending_records_commit_before_the_floor(gw: Any) -> None:
     await run_round(gw, {rq: [rec(rq, 1, 6, answer_for("a", "r3"))]})
     assert transactions(gw, "committed") == 2
     assert gw.consumer.committed_offsets == {ev: 2, rq: 2}
+
+
+# --- healing after the broker was lost (see gateway.kafka.hanging) ----------------------------
+
+
+async def test_a_heal_commits_at_once_adding_every_written_partition_and_the_offsets(
+    gw: Any,
+) -> None:
+    ev, rq = tps()
+    gw.consumer.topics |= {"agui.bot.run-requests", "agui.rejections"}
+    await assign(gw, ev, rq)
+    slot = gw.assignment.slots[("bot", 0)]
+    slot.committed = {ev: 4, rq: 2}  # what it committed before the broker went
+    before = transactions(gw, "committed")
+    gw._broker_back()  # nothing decided since: it commits all the same
+    assert gw.assignment.committer.healing(slot)
+    await gw.assignment.committer.drain()
+    assert transactions(gw, "committed") == before + 1
+    assert not gw.assignment.committer.healing(slot)
+    assert producer(gw)._txn_manager.added == [
+        TopicPartition("agui.bot.gateway-changelog", 0),
+        TopicPartition("agui.bot.run-requests", 0),
+        TopicPartition("agui.rejections", 0),
+    ]
+    assert gw.consumer.committed_offsets == {ev: 4, rq: 2}  # the same, marked again
+    gw.assignment.committer.launch([slot])  # healed: nothing more to commit
+    assert not gw.assignment.committer.in_flight(slot)
+
+
+async def test_a_heal_also_carries_what_the_pair_decided_meanwhile(gw: Any) -> None:
+    slot = await holding_a_pending_forward(gw)
+    gw._broker_back()
+    await gw.assignment.committer.drain()
+    assert not slot.pair.has_pending() and not gw.assignment.committer.healing(slot)
+    assert producer(gw).sent != [] and producer(gw)._txn_manager.added
+
+
+async def test_a_heal_that_fails_is_asked_again_until_one_commits(gw: Any) -> None:
+    slot = await holding_a_pending_forward(gw)
+    committer, holder, _ = committer_for(Outcome.FAILED)
+    committer.heal(slot, [TopicPartition("agui.rejections", 0)])
+    await committer.drain()
+    assert holder.asked == [("pause", slot.key), ("retry", slot.key)]
+    assert committer.healing(slot)  # the pair heals once prepared again
+    committer.checkpoint.outcome = Outcome.COMMITTED  # type: ignore[attr-defined]
+    slot.ready = True
+    committer.launch([slot])
+    await committer.drain()
+    assert not committer.healing(slot)
+
+
+async def test_a_pair_prepared_again_heals_without_waiting_for_work(gw: Any) -> None:
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.assignment.slots[("bot", 0)]
+    slot.ready = False  # as while it is prepared again after a failed commit
+    gw._broker_back()
+    assert gw.assignment.committer.healing(slot) and not gw.assignment.committer.in_flight(slot)
+    before = transactions(gw, "committed")
+    gw.assignment.start_prepare([slot])
+    await gw.assignment.settled()
+    await gw.assignment.committer.drain()
+    assert slot.ready and transactions(gw, "committed") == before + 1
+    assert not gw.assignment.committer.healing(slot)

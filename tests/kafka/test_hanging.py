@@ -162,3 +162,65 @@ async def test_a_gateway_sweeps_a_hanging_transaction_of_its_pair_and_decides_on
         assert "OffsetsUnstable" not in log
     finally:
         await gw.stop()
+
+
+async def end_offsets(settings: Settings, tp: TopicPartition) -> tuple[int, int]:
+    """(last stable offset, high watermark) of `tp`."""
+    ends = []
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer: AIOKafkaConsumer = clients.consumer(settings, isolation_level=isolation)
+        await consumer.start()
+        try:
+            ends.append((await consumer.end_offsets([tp]))[tp])
+        finally:
+            await consumer.stop()
+    return ends[0], ends[1]
+
+
+async def test_a_commit_that_adds_the_partition_heals_a_record_its_producer_left_hanging(
+    kafka_bootstrap: str,
+    create_topics: CreateTopics,
+    unique_name: Callable[[str], str],
+) -> None:
+    """As after the broker defect: a transaction the producer saw commit, one partition of
+    which never got its marker. The heal (a commit of the same producer adding the
+    partition, no record in it) makes the record visible, committed as it was meant."""
+    settings = Settings(bootstrap_servers=kafka_bootstrap)
+    source, output = unique_name("heal-in"), unique_name("heal-out")
+    group, transactional_id = unique_name("heal-group"), unique_name("heal-txn")
+    await create_topics([source, output])
+    tp, out = TopicPartition(source, 0), TopicPartition(output, 0)
+    producer = clients.producer(
+        settings, transactional_id=transactional_id, enable_idempotence=True
+    )
+    await producer.start()
+    try:
+        async with verification_off(settings):
+            await producer.begin_transaction()
+            # written as if the partition were in the transaction: its coordinator never
+            # hears of it, so the commit's markers miss it
+            producer._txn_manager._txn_partitions.add(out)
+            await producer.send_and_wait(output, b"decided", partition=0)
+            await producer.send_offsets_to_transaction({tp: 5}, group)
+            await producer.commit_transaction()
+        assert await committed(settings, group, tp, 30) == 5
+        assert await end_offsets(settings, out) == (0, 1)  # held: read_committed sees nothing
+
+        async with producer.transaction():  # the heal
+            hanging.add_partitions(producer, [out])
+            await producer.send_offsets_to_transaction({tp: 5}, group)
+    finally:
+        await producer.stop()
+    stable, high = await end_offsets(settings, out)
+    assert stable == high == 2  # the record and the heal's marker
+    reader: AIOKafkaConsumer = clients.consumer(
+        settings, isolation_level="read_committed", auto_offset_reset="earliest"
+    )
+    await reader.start()
+    try:
+        reader.assign([out])
+        batch = await reader.getmany(out, timeout_ms=10_000)
+        assert [r.value for r in batch.get(out, [])] == [b"decided"]
+    finally:
+        await reader.stop()
+    assert await committed(settings, group, tp, 30) == 5

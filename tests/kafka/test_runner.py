@@ -178,6 +178,7 @@ class FakeProducer:
         self.delivery_error: BaseException | None = None  # the records' delivery fails
         self.client = FakeMetadataClient()
         self.aborted = 0
+        self._txn_manager = FakeTxnManager()
 
     async def start(self) -> None:
         self.started = True
@@ -237,6 +238,19 @@ class FakeProducer:
 
     async def abort_transaction(self) -> None:
         self.aborted += 1
+
+
+class FakeTxnManager:
+    """The partitions added to the open transaction without a record (a sweep, a heal)."""
+
+    def __init__(self) -> None:
+        self.added: list[TopicPartition] = []
+
+    def maybe_add_partition_to_txn(self, tp: TopicPartition) -> None:
+        self.added.append(tp)
+
+    def is_fatal_error(self) -> bool:
+        return False
 
 
 class FakeBatch:
