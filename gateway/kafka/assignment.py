@@ -72,6 +72,7 @@ class Assignment:
         self.assigned_once = False
         self._prepares: set[asyncio.Task[None]] = set()
         self._closers: set[asyncio.Task[None]] = set()
+        self._heals: set[asyncio.Task[None]] = set()
         # commits in the background, one at a time per pair; this assignment is its holder
         self.committer = Committer(
             self.checkpoint, self.denials, self, changed, counted, pacing=pacing
@@ -311,14 +312,23 @@ class Assignment:
             self.denials.note(slot.key, exc, "Read", preparing=True)
             return False
 
-    def heal(self) -> int:
+    def heal(self) -> asyncio.Task[None]:
         """After the broker was lost: every pair held commits once more, adding every
         partition it writes (see `hanging`); a pair not ready heals once prepared.
-        How many pairs were asked."""
-        slots = [s for s in self.slots.values() if not s.discarded]
-        for slot in slots:
-            self.committer.heal(slot, self.preparer.written(slot))
-        return len(slots)
+        Asked under the lock, between rounds (never while a revoke commits)."""
+        task = asyncio.create_task(self._heal())
+        self._heals.add(task)
+        task.add_done_callback(self._heals.discard)
+        return task
+
+    async def _heal(self) -> None:
+        async with self.lock:
+            slots = [s for s in self.slots.values() if not s.discarded]
+            for slot in slots:
+                self.committer.heal(slot, self.preparer.written(slot))
+        log.info(
+            "kafka broker answers again: every pair commits once more", extra={"pairs": len(slots)}
+        )
 
     # --- what the committer asks of the holder ---------------------------------------------
 
@@ -382,6 +392,8 @@ class Assignment:
     async def close(self, commit: bool) -> None:
         """Shutdown: commit what ready pairs decided (only after a clean stop), close
         every producer. Nothing here raises."""
+        for heal in list(self._heals):  # nothing is asked of pairs being given up
+            heal.cancel()
         async with self.lock:
             self.cancel_prepares()
             self.committer.unpace_all()  # the final commit below takes their rounds

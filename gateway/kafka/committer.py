@@ -128,6 +128,8 @@ class Committer:
         for slot in slots:
             if self.in_flight(slot) or slot.discarded or not slot.ready:
                 continue
+            if slot.pair.sealed is not None:  # being committed now (`commit`)
+                continue
             touch = self._healing.get(slot.key)
             if (slot.pair.round.empty() and touch is None) or not self.checkpoint.holds(slot.key):
                 continue

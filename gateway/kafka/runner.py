@@ -119,10 +119,7 @@ class Gateway:
         """The broker answers again after it was lost: it may have restarted uncleanly
         and left transactions hanging that this instance saw commit (see `hanging`)."""
         if self.assignment is not None:
-            pairs = self.assignment.heal()
-            log.info(
-                "kafka broker answers again: every pair commits once more", extra={"pairs": pairs}
-            )
+            self.assignment.heal()
 
     def make_pair(self, agent: str, partition: int) -> PartitionPair:
         return PartitionPair(self.names.for_agent(agent), partition, self.context)

@@ -175,7 +175,7 @@ async def test_a_heal_commits_at_once_adding_every_written_partition_and_the_off
     slot = gw.assignment.slots[("bot", 0)]
     slot.committed = {ev: 4, rq: 2}  # what it committed before the broker went
     before = transactions(gw, "committed")
-    gw._broker_back()  # nothing decided since: it commits all the same
+    await gw.assignment.heal()  # nothing decided since: it commits all the same
     assert gw.assignment.committer.healing(slot)
     await gw.assignment.committer.drain()
     assert transactions(gw, "committed") == before + 1
@@ -192,7 +192,7 @@ async def test_a_heal_commits_at_once_adding_every_written_partition_and_the_off
 
 async def test_a_heal_also_carries_what_the_pair_decided_meanwhile(gw: Any) -> None:
     slot = await holding_a_pending_forward(gw)
-    gw._broker_back()
+    await gw.assignment.heal()
     await gw.assignment.committer.drain()
     assert not slot.pair.has_pending() and not gw.assignment.committer.healing(slot)
     assert producer(gw).sent != [] and producer(gw)._txn_manager.added
@@ -217,7 +217,7 @@ async def test_a_pair_prepared_again_heals_without_waiting_for_work(gw: Any) -> 
     await assign(gw, ev, rq)
     slot = gw.assignment.slots[("bot", 0)]
     slot.ready = False  # as while it is prepared again after a failed commit
-    gw._broker_back()
+    await gw.assignment.heal()
     assert gw.assignment.committer.healing(slot) and not gw.assignment.committer.in_flight(slot)
     before = transactions(gw, "committed")
     gw.assignment.start_prepare([slot])
