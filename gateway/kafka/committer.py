@@ -215,7 +215,8 @@ class Committer:
         (result,) = await self.checkpoint.commit([work])
         pair = slot.pair
         if result.outcome is Outcome.COMMITTED:
-            if work.touch and self._healing.get(slot.key) == work.touch:
+            # the heal asked, not one asked again while it committed (a new tuple each)
+            if work.touch and self._healing.get(slot.key) is work.touch:
                 del self._healing[slot.key]
             if self.denials.granted(slot.key):
                 self.changed()

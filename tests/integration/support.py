@@ -324,6 +324,23 @@ def header(record: Any, name: str) -> str | None:
     return None
 
 
+async def stable_and_high(
+    bootstrap: str, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, tuple[int, int]]:
+    """(last stable offset, high watermark) of each partition: what a read_committed
+    reader may read up to, and what is written."""
+    tps = list(partitions)
+    ends = []
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation)
+        await consumer.start()
+        try:
+            ends.append(await consumer.end_offsets(tps))
+        finally:
+            await consumer.stop()
+    return {tp: (ends[0][tp], ends[1][tp]) for tp in tps}
+
+
 class Tail:
     """Every record of `partitions` (read_committed, from the beginning), read in the
     background for as long as the block runs: one consumer however many topics, and it
@@ -372,17 +389,11 @@ class Tail:
     async def held(self) -> list[str]:
         """Partitions whose last stable offset is behind their high watermark (records of
         a transaction still open, or hanging), as `topic[partition] stable/high`."""
-        stable = await self.consumer.end_offsets(self.partitions)
-        plain = AIOKafkaConsumer(bootstrap_servers=self.bootstrap)  # read_uncommitted
-        await plain.start()
-        try:
-            high = await plain.end_offsets(self.partitions)
-        finally:
-            await plain.stop()
+        ends = await stable_and_high(self.bootstrap, self.partitions)
         return [
-            f"{tp.topic}[{tp.partition}] {stable[tp]}/{high[tp]}"
-            for tp in self.partitions
-            if stable[tp] < high[tp]
+            f"{tp.topic}[{tp.partition}] {stable}/{high}"
+            for tp, (stable, high) in ends.items()
+            if stable < high
         ]
 
     async def wait(self, check: Callable[[list[Any]], bool], what: str, timeout: float) -> None:

@@ -225,3 +225,18 @@ async def test_a_pair_prepared_again_heals_without_waiting_for_work(gw: Any) -> 
     await gw.assignment.committer.drain()
     assert slot.ready and transactions(gw, "committed") == before + 1
     assert not gw.assignment.committer.healing(slot)
+
+
+async def test_a_heal_asked_again_while_one_commits_is_committed_again(gw: Any) -> None:
+    ev, rq = tps()
+    await assign(gw, ev, rq)
+    slot = gw.assignment.slots[("bot", 0)]
+    gate = producer(gw).commit_gate = asyncio.Event()
+    await gw.assignment.heal()
+    assert gw.assignment.committer.in_flight(slot)
+    await gw.assignment.heal()  # the broker lost again while the first heal commits
+    before = transactions(gw, "committed")
+    gate.set()
+    await gw.assignment.committer.drain()
+    assert transactions(gw, "committed") == before + 2  # the second heal committed too
+    assert not gw.assignment.committer.healing(slot)

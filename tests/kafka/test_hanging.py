@@ -22,7 +22,7 @@ from gateway.kafka.fencewire import GroupMetadata
 from gateway.kafka.groupoffsets import OffsetsUnstable
 from gateway.settings import Settings
 from tests.integration.conftest import CreateTopics
-from tests.integration.support import GatewayProcess, Namespace, produce
+from tests.integration.support import GatewayProcess, Namespace, produce, stable_and_high
 from tests.integration.test_gateway_durability import (
     AGENT,
     assert_exactly_once,
@@ -164,19 +164,6 @@ async def test_a_gateway_sweeps_a_hanging_transaction_of_its_pair_and_decides_on
         await gw.stop()
 
 
-async def end_offsets(settings: Settings, tp: TopicPartition) -> tuple[int, int]:
-    """(last stable offset, high watermark) of `tp`."""
-    ends = []
-    for isolation in ("read_committed", "read_uncommitted"):
-        consumer: AIOKafkaConsumer = clients.consumer(settings, isolation_level=isolation)
-        await consumer.start()
-        try:
-            ends.append((await consumer.end_offsets([tp]))[tp])
-        finally:
-            await consumer.stop()
-    return ends[0], ends[1]
-
-
 async def test_a_commit_that_adds_the_partition_heals_a_record_its_producer_left_hanging(
     kafka_bootstrap: str,
     create_topics: CreateTopics,
@@ -204,14 +191,16 @@ async def test_a_commit_that_adds_the_partition_heals_a_record_its_producer_left
             await producer.send_offsets_to_transaction({tp: 5}, group)
             await producer.commit_transaction()
         assert await committed(settings, group, tp, 30) == 5
-        assert await end_offsets(settings, out) == (0, 1)  # held: read_committed sees nothing
+        assert await stable_and_high(kafka_bootstrap, [out]) == {
+            out: (0, 1)
+        }  # held: read_committed sees nothing
 
         async with producer.transaction():  # the heal
             hanging.add_partitions(producer, [out])
             await producer.send_offsets_to_transaction({tp: 5}, group)
     finally:
         await producer.stop()
-    stable, high = await end_offsets(settings, out)
+    ((stable, high),) = (await stable_and_high(kafka_bootstrap, [out])).values()
     assert stable == high == 2  # the record and the heal's marker
     reader: AIOKafkaConsumer = clients.consumer(
         settings, isolation_level="read_committed", auto_offset_reset="earliest"
