@@ -16,6 +16,7 @@ by name, whose reading the model decides) is left whole to the model, as before.
 
 from __future__ import annotations
 
+from functools import cache
 from itertools import filterfalse
 from typing import Any
 
@@ -27,7 +28,34 @@ Path = tuple[str | int, ...]
 def without_extras(model: type[BaseModel], event: Any, found: dict[Path, list[str]]) -> Any:
     """`event` less the unknown members of its model-read objects (shared where none),
     each object's unknown member names recorded in `found` under its path, in order."""
-    return _walk(dict(model.__pydantic_core_schema__), event, (), found)
+    return _walk(_root(model), event, (), found)
+
+
+@cache  # keyed by model class: the protocol's event models, a fixed set
+def _root(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's core schema, its model nodes' field specs read once into `_SPECS`."""
+    root: dict[str, Any] = dict(model.__pydantic_core_schema__)
+    _read_specs(root)
+    return root
+
+
+def _read_specs(node: Any) -> None:
+    """Every model node `_walk` can reach from `node`, its spec kept in `_SPECS`."""
+    if not isinstance(node, dict):
+        return
+    kind = node.get("type")
+    if kind in ("default", "nullable"):
+        _read_specs(node["schema"])
+    elif kind == "list":
+        _read_specs(node.get("items_schema"))
+    elif kind == "tagged-union":
+        for choice in node["choices"].values():
+            _read_specs(choice)
+    elif kind == "model" and id(node) not in _SPECS:
+        spec = _read_fields(node)
+        _SPECS[id(node)] = (node, spec)  # the node is held: its id stays its own
+        for _, schema in spec[1] if spec is not None else ():
+            _read_specs(schema)
 
 
 def _walk(node: dict[str, Any], value: Any, at: Path, found: dict[Path, list[str]]) -> Any:
@@ -92,6 +120,8 @@ def _model(node: dict[str, Any], value: Any, at: Path, found: dict[Path, list[st
 
 
 _Spec = tuple[frozenset[str], tuple[tuple[str, dict[str, Any]], ...], tuple[tuple[str, str], ...]]
+# Bounded by construction: written only by `_read_specs` under `_root`, once per model
+# class, one entry per model node of that class's schema (a fixed set); never by a walk.
 _SPECS: dict[int, tuple[dict[str, Any], _Spec | None]] = {}
 
 
@@ -101,9 +131,7 @@ def _fields(key: int, node: dict[str, Any]) -> _Spec | None:
     kept = _SPECS.get(key)
     if kept is not None and kept[0] is node:
         return kept[1]
-    spec = _read_fields(node)
-    _SPECS[key] = (node, spec)  # the node is held: its id stays its own
-    return spec
+    return _read_fields(node)  # a node no model's schema held when read: not kept
 
 
 def _read_fields(node: dict[str, Any]) -> _Spec | None:
