@@ -15,7 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -42,6 +50,46 @@ class BridgeAgent(BaseModel):
     """Longest silence within a run's stream."""
     concurrent_runs: int = Field(default=16, ge=1)
     """Runs in flight for this agent."""
+
+
+class AgentGroup(BaseModel):
+    """Agents that share one set of topics: the topic templates with `{agent}` replaced by
+    the group's name (`agui.<group>.events`, ...), each record naming its agent in the
+    `agui-agent` header. An agent no group names keeps topics of its own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    agents: list[str] = []
+    """The group's agents by name. With neither agents nor agent_pattern, any agent name
+    that matches agent_name_pattern is allowed on the group's records."""
+    agent_pattern: str | None = None
+    """More agents of the group, by name (a regular expression matched whole)."""
+    partitions: int = Field(default=6, ge=1, le=10_000)
+    """Partitions of each of the group's topics when `topics create --group` makes them:
+    chosen for the group's traffic, not its number of agents."""
+
+    @field_validator("agent_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    def names(self, agent: str) -> bool:
+        """Whether the group names `agent` (by its list or its pattern)."""
+        if agent in self.agents:
+            return True
+        return (
+            self.agent_pattern is not None and re.fullmatch(self.agent_pattern, agent) is not None
+        )
+
+    @property
+    def open(self) -> bool:
+        """Whether any legal agent name is allowed (neither a list nor a pattern set)."""
+        return not self.agents and self.agent_pattern is None
 
 
 class Settings(BaseSettings):
@@ -87,7 +135,11 @@ class Settings(BaseSettings):
     warnings_topic: str = "agui.warnings"
     """Warnings topic (all agents)."""
     agent_name_pattern: str = r"[A-Za-z0-9_-]+"
-    """Regular expression an agent's name ({agent}) must match."""
+    """Regular expression an agent's name ({agent}) must match; a group's name too."""
+    groups: dict[str, AgentGroup] = {}
+    """Agent groups by name: a group's agents share the group's topics (the templates
+    above with {agent} = the group's name), each record naming its agent in the
+    `agui-agent` header. Agents no group names keep topics of their own."""
 
     # --- Judging ---------------------------------------------------------------------
     strict: bool = False
@@ -253,6 +305,22 @@ class Settings(BaseSettings):
             raise ValueError(f"a per-agent topic template must contain {_AGENT} exactly once")
         return value
 
+    @model_validator(mode="after")
+    def _group_names_are_legal(self) -> Settings:
+        legal = re.compile(self.agent_name_pattern)
+        problems = []
+        for group, spec in self.groups.items():
+            if not legal.fullmatch(group):
+                problems.append(f"group name {group!r} does not match agent_name_pattern")
+            problems += [
+                f"group {group!r}: agent name {agent!r} does not match agent_name_pattern"
+                for agent in spec.agents
+                if not legal.fullmatch(agent)
+            ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -277,6 +345,33 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     # --- derived -------------------------------------------------------------------------
+
+    def group_of(self, agent: str) -> str | None:
+        """The group whose topics carry `agent`: the first group (in the settings' order)
+        that names it in its list, else the first whose pattern matches it, else the first
+        open group (neither list nor pattern); None: the agent has topics of its own."""
+        for name, group in self.groups.items():
+            if agent in group.agents:
+                return name
+        for name, group in self.groups.items():
+            if group.agent_pattern is not None and group.names(agent):
+                return name
+        for name, group in self.groups.items():
+            if group.open:
+                return name
+        return None
+
+    def owner_of(self, agent: str) -> str:
+        """Whose topics carry `agent`: its group's name, or the agent's own."""
+        return self.group_of(agent) or agent
+
+    def group_allows(self, group: str, agent: str) -> bool:
+        """Whether a record on `group`'s topics may name `agent`: a legal agent name the
+        group names (any legal name for an open group)."""
+        spec = self.groups.get(group)
+        if spec is None or not re.fullmatch(self.agent_name_pattern, agent):
+            return False
+        return spec.open or spec.names(agent)
 
     def topic(self, template: str, agent: str) -> str:
         return template.replace(_AGENT, agent)

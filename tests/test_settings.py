@@ -208,3 +208,35 @@ def test_bridge_settings_are_checked():
         Settings(bridge_agents={"a": {"url": "http://a/", "concurrent_runs": 0}})
     with pytest.raises(ValidationError, match="unknown"):
         Settings(bridge_agents={"a": {"url": "http://a/", "unknown": 1}})
+
+
+def test_groups_find_an_agent_by_list_then_pattern_then_an_open_group():
+    s = Settings(
+        groups={
+            "team-a": {"agents": ["pay", "ship"]},
+            "team-b": {"agent_pattern": "b-.*", "agents": ["pay"]},
+            "rest": {},
+        }
+    )
+    assert s.group_of("pay") == "team-a"  # the first group that lists it
+    assert s.group_of("b-7") == "team-b"
+    assert s.group_of("other") == "rest"  # an open group takes any legal name
+    assert s.owner_of("ship") == "team-a"
+    assert Settings().owner_of("ship") == "ship"  # no groups: topics of its own
+    assert s.group_allows("team-a", "ship")
+    assert not s.group_allows("team-a", "b-7")
+    assert s.group_allows("team-b", "b-7")
+    assert s.group_allows("rest", "anything")
+    assert not s.group_allows("rest", "no/slash")  # not a legal agent name
+    assert not s.group_allows("nosuch", "pay")
+
+
+def test_group_names_and_patterns_are_checked():
+    with pytest.raises(ValidationError, match="group name 'a.b'"):
+        Settings(groups={"a.b": {}})
+    with pytest.raises(ValidationError, match="agent name 'x y'"):
+        Settings(groups={"g": {"agents": ["x y"]}})
+    with pytest.raises(ValidationError, match="not a regular expression"):
+        Settings(groups={"g": {"agent_pattern": "("}})
+    with pytest.raises(ValidationError):
+        Settings(groups={"g": {"partitions": 0}})

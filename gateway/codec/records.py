@@ -19,6 +19,8 @@ MAX_RECORD_BYTES = 1_000_000
 
 HEADER_REPLY_TO = "agui-reply-to"
 HEADER_CORRELATION_ID = "agui-correlation-id"
+# The agent a record is for (events, requests, forwards) on a group's shared topics.
+HEADER_AGENT = "agui-agent"
 
 
 @dataclass(slots=True)
