@@ -24,6 +24,9 @@ class Size:
     restore_threads: int
     core_seconds: float  # time budget per core micro-benchmark
     pair_events: int  # records fed to one PartitionPair without Kafka
+    # the soak: events on a fixed set of threads, memory after all of them ÷ after a tenth
+    soak_threads: int = 2_000
+    soak_events: int = 200_000
     # pause recovery and CPU hog (issue 13): runs of each (worst reported)
     disturb_repeat: int = 1
     pause_run_seconds: float = 4.5  # load offered at latency_rate for this long
@@ -55,6 +58,8 @@ SMALL = Size(
     restore_threads=20_000,
     core_seconds=0.5,
     pair_events=100_000,
+    soak_threads=10_000,
+    soak_events=2_000_000,
     pause_run_seconds=10,
     pause_at_seconds=3,
     hog_rate=300,
@@ -110,6 +115,8 @@ SIZES = {
         restore_threads=100_000,
         core_seconds=1.0,
         pair_events=300_000,
+        soak_threads=10_000,
+        soak_events=10_000_000,
         disturb_repeat=2,
         pause_run_seconds=15,
         pause_at_seconds=5,

@@ -5,6 +5,11 @@ through `apply_event` (RSS before and after, after a warm-up). tracemalloc,
 which slows building down several times, runs on a quarter as many threads
 (bytes per thread do not depend on N); "resumed" threads need the judge per
 thread and also run on a fifth.
+
+The soak (bench/soakprobe.py) then runs many events with fresh ids on a fixed set
+of threads: resident memory after all of them divided by the memory after the
+first tenth (flat: 1.0), and the bytes per thread after that traffic, not only
+after building the states.
 """
 
 from __future__ import annotations
@@ -36,6 +41,20 @@ async def _probe(kind: str, threads: int, seed: int, traced: bool) -> dict[str, 
     return result
 
 
+async def _soak(ctx: Context) -> dict[str, Any]:
+    size = ctx.size
+    args = [sys.executable, "-m", "bench.soakprobe", "--threads", str(size.soak_threads)]
+    args += ["--events", str(size.soak_events), "--seed", str(ctx.seed)]
+    proc = await asyncio.create_subprocess_exec(
+        *args, cwd=str(REPO_ROOT), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"soakprobe failed ({proc.returncode}):\n{err.decode()}")
+    result: dict[str, Any] = orjson.loads(out.splitlines()[-1])
+    return result
+
+
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     n = ctx.size.memory_threads
     plan = [
@@ -53,6 +72,12 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         results += await asyncio.gather(
             *(_probe(kind, threads, ctx.seed, traced) for kind, threads, traced in batch)
         )
+    soak = await _soak(ctx)
+    ctx.log(
+        f"memory soak ({soak['events']:,} events on {soak['threads']:,} threads, "
+        f"{soak['events_per_second']:,} events/s): {soak['ratio']:.3f} of the memory after "
+        f"{soak['checkpoint_events']:,}; {soak['bytes_per_thread_after_traffic']:,.0f} B/thread"
+    )
     by = {(r["kind"], r["method"]): r for r in results}
     for r in results:
         ctx.log(
@@ -104,5 +129,21 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             "bytes",
             f"RSS delta ÷ threads at {n:,} threads",
         ),
+        figure(
+            "memory.soak_ratio",
+            f"Memory after {soak['events']:,} events on {soak['threads']:,} threads "
+            f"÷ after the first {soak['checkpoint_events']:,}",
+            soak["ratio"],
+            "ratio",
+            "RSS, fresh process, fresh ids every run",
+            target="<= 1.05",
+        ),
+        figure(
+            "memory.soak_bytes_per_thread",
+            f"Memory per thread after {soak['events']:,} events (RSS)",
+            soak["bytes_per_thread_after_traffic"],
+            "bytes",
+            "RSS delta ÷ threads after the soak, caches included",
+        ),
     ]
-    return figures, {"probes": results}
+    return figures, {"probes": results, "soak": soak}

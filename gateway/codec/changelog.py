@@ -58,7 +58,7 @@ class ChangelogFormatError(ValueError):
     """A changelog value this gateway cannot read."""
 
 
-@cache
+@cache  # keyed by format version: only 1, 2 and 3 are read, others raise
 def schema(version: int) -> Any:
     """The Avro schema of format version 1, 2 or 3."""
     if version not in AVRO_VERSIONS:

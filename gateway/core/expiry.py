@@ -24,7 +24,7 @@ class Expiry(Enum):
 _READ_LIMIT = 64  # longer text is no ISO 8601 time
 _CACHE_BYTES = 1024 * 1024
 _NO_TIME = -1 << 80  # cached "unreadable" (no real time is this early)
-_cache: ByteLRU[str, int] = ByteLRU(_CACHE_BYTES)
+_cache: ByteLRU[str, int] = ByteLRU(_CACHE_BYTES)  # bounded: _CACHE_BYTES in all
 
 
 def expires_at_ms(value: str) -> int | None:

@@ -27,7 +27,7 @@ ANY: dict[str, Any] = {"type": "any"}
 ALTERNATIVE = "alternative "  # the label of a plain union's alternative, then its position
 
 
-@cache
+@cache  # no arguments: one value
 def schema() -> dict[str, Any]:
     """RunAgentInput's own core schema with every model read as a typed dict keyed by
     wire name, extra members forbidden (each one an error naming it), and each
@@ -35,12 +35,12 @@ def schema() -> dict[str, Any]:
     return _as_typed_dicts(RunAgentInput.__pydantic_core_schema__)
 
 
-@cache
+@cache  # no arguments: one value
 def validator() -> SchemaValidator:
     return SchemaValidator(schema())  # type: ignore[arg-type]
 
 
-@cache
+@cache  # no arguments: one value
 def lenient() -> SchemaValidator:
     """The same schema with extra members ignored (left out of the result, no error) and
     no defaults filled in: what it returns equals the input exactly when no typed dict
@@ -122,7 +122,7 @@ _MISSING: Any = object()
 DROP: Any = object()  # what an element whose union tag is unrecognised becomes: removed
 
 
-@cache
+@cache  # no arguments: one value
 def walker() -> Walk:
     """The walk over a whole input (the input itself where the schema holds no typed
     dict). It returns a copy of the input less what it lists, sharing every branch

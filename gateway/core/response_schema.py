@@ -74,7 +74,7 @@ class Prepared:
     text: bytes = b""
 
 
-_by_text: ByteLRU[bytes, Prepared] = ByteLRU(CACHE_BYTES)
+_by_text: ByteLRU[bytes, Prepared] = ByteLRU(CACHE_BYTES)  # bounded: CACHE_BYTES in all
 
 
 def canonical(schema: object) -> bytes | str:

@@ -83,7 +83,7 @@ def unknown_members(
     return count
 
 
-@cache
+@cache  # keyed by model class: the protocol's models, a fixed set
 def _nested_fields(cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
     """(attribute, wire name) of the fields whose type can hold a model: the only ones walked."""
     return tuple(

@@ -42,7 +42,7 @@ MAX_KEY_BYTES = 8 * 1024
 Headers = list[tuple[str, bytes]]
 
 
-@functools.lru_cache(maxsize=1024)  # a round's decisions mostly share one wall time
+@functools.lru_cache(maxsize=1024)  # bounded: a round's decisions mostly share one wall time
 def iso(ms: int) -> str:
     try:
         return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")

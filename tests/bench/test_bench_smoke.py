@@ -35,6 +35,8 @@ EXPECTED = {
     "hog.p50_ms",
     "memory.idle_bytes_per_thread",
     "memory.interrupted_bytes_per_thread",
+    "memory.soak_ratio",
+    "memory.soak_bytes_per_thread",
     "restore.ratio",
     "core.judge_per_s",
     "core.apply_event_per_s",
