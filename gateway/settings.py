@@ -192,6 +192,15 @@ class Settings(BaseSettings):
     """This instance's name: in its transactional id with producer_scope=instance, and its
     static group membership (group.instance.id) with static_membership; stable across its
     restarts, unique among live instances (default: the host name)."""
+    partition_assignor: Literal["pairs", "range"] = "pairs"
+    """How the group's leader spreads the pairs over the instances. pairs: each pair's
+    events and requests partitions together, counts per instance within one of each
+    other, and sticky (an instance keeps what it holds up to its share). range: Kafka's
+    range assignor, as versions before this setting (partition p of every topic to one
+    instance: one-partition agents all land on one). Every instance of a group must use
+    the same: an instance offering the other one is refused (INCONSISTENT_GROUP_PROTOCOL),
+    so an upgrade from a version before this setting either stops every instance before
+    starting the new ones, or rolls with range and switches to pairs in a full restart."""
     static_membership: bool = False
     """Join the consumer group as a static member named instance_name (KIP-345): an
     instance restarted within session_timeout_ms gets its pairs back with no rebalance of

@@ -217,11 +217,12 @@ class Gateway:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            # pairs balanced and sticky; range while a member of an older version (which
-            # knows no other) is in the group
+            # one protocol only: aiokafka members offering two (pairs and range) were seen
+            # to rebalance over and over, one member never getting its assignment
             partition_assignment_strategy=(
-                pair_assignor(self.names.owner_of_topic),
-                RangePartitionAssignor,
+                (pair_assignor(self.names.owner_of_topic),)
+                if s.partition_assignor == "pairs"
+                else (RangePartitionAssignor,)
             ),
             group_instance_id=s.instance_name if s.static_membership else None,
             metadata_max_age_ms=s.discovery_interval_ms,

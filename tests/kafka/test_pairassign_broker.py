@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
 from gateway.kafka.pairassign import pair_assignor
 from gateway.kafka.topics import TopicNames
@@ -38,10 +37,7 @@ class Member(ConsumerRebalanceListener):
             session_timeout_ms=10_000,
             heartbeat_interval_ms=500,
             metadata_max_age_ms=1000,
-            partition_assignment_strategy=(
-                pair_assignor(NAMES.owner_of_topic),
-                RangePartitionAssignor,
-            ),
+            partition_assignment_strategy=(pair_assignor(NAMES.owner_of_topic),),
         )
         self.pattern = pattern
         self.assigned: set[TopicPartition] = set()
@@ -84,10 +80,8 @@ async def _settled(members: list[Member], total: int, stable: Callable[[], bool]
         if len(held) == total and len(set(held)) == total and stable():
             return
         await asyncio.sleep(0.2)
-    raise AssertionError(
-        "not settled: "
-        + repr([(sorted(m.pairs()), m.assignments, m.revokes, m._poll and m._poll.done()) for m in members])
-    )
+    state = [(sorted(m.pairs()), m.assignments, m.revokes) for m in members]
+    raise AssertionError(f"not settled (pairs, assignments, revokes): {state!r}")
 
 
 @contextlib.asynccontextmanager
