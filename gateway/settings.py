@@ -189,16 +189,40 @@ class Settings(BaseSettings):
     asked for while one producer's transaction is open start another's at once rather
     than waiting for it to end (two broker connections each)."""
     instance_name: str = Field(default_factory=socket.gethostname, min_length=1)
-    """With producer_scope=instance: this instance's name in its transactional id; stable
-    across its restarts, unique among live instances (default: the host name)."""
+    """This instance's name: in its transactional id with producer_scope=instance, and its
+    static group membership (group.instance.id) with static_membership; stable across its
+    restarts, unique among live instances (default: the host name)."""
+    partition_assignor: Literal["pairs", "range"] = "pairs"
+    """How the group's leader spreads the pairs over the instances. pairs: each pair's
+    events and requests partitions together, counts per instance within one of each
+    other, and sticky (an instance keeps what it holds up to its share). range: Kafka's
+    range assignor, as versions before this setting (partition p of every topic to one
+    instance: one-partition agents all land on one). Every instance of a group must use
+    the same: an instance offering the other one is refused (INCONSISTENT_GROUP_PROTOCOL),
+    so an upgrade from a version before this setting either stops every instance before
+    starting the new ones, or rolls with range and switches to pairs in a full restart."""
+    static_membership: bool = False
+    """Join the consumer group as a static member named instance_name (KIP-345): an
+    instance restarted within session_timeout_ms gets its pairs back with no rebalance of
+    the others; one that stays away longer loses them at the session timeout (not at its
+    stop). Two live instances with one name fence each other at every join and both rejoin
+    over and over, deciding almost nothing (nothing twice: their transactions are fenced
+    by the group's generation); the gateway logs an error naming instance_name when it
+    is rebalanced 5 times within 30 s as a static member."""
     discovery_interval_ms: int = Field(
         default=5000, ge=100
     )  # how often new agents' topics are seen
     """Metadata refresh: how soon new agents' topics are seen."""
     session_timeout_ms: int = Field(default=10000, ge=1000)
-    """Consumer group session timeout."""
+    """Consumer group session timeout: an instance that sends no heartbeat for this long
+    is taken for dead and its pairs move (after a kill -9, its pairs wait this long).
+    Shorter: faster takeover, more false deaths under load (a long pause, GC, a slow
+    broker). The broker bounds it (group.min.session.timeout.ms, default 6000, and
+    group.max.session.timeout.ms); with static_membership it is also how long a restart
+    may take without moving anything."""
     heartbeat_interval_ms: int = Field(default=2000, ge=100)
-    """Consumer group heartbeat interval."""
+    """Consumer group heartbeat interval: how soon a rebalance is noticed; at most a third
+    of session_timeout_ms."""
 
     # --- When the broker is gone ------------------------------------------------------
     broker_timeout_s: float = Field(default=10.0, gt=0)

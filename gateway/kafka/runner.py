@@ -24,6 +24,7 @@ import contextlib
 import gc
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,7 @@ from gateway.kafka.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.lag import read_lag
 from gateway.kafka.pacing import CommitPacing
 from gateway.kafka.pair import PairContext, PartitionPair
+from gateway.kafka.pairassign import pair_assignor
 from gateway.kafka.prepare import Preparer
 from gateway.kafka.replytopics import ReplyTopics
 from gateway.kafka.restore import Restorer
@@ -63,15 +65,45 @@ PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a comm
 LAG_INTERVAL_S = 5.0
 
 
+FLAPPING_ASSIGNMENTS = 5  # assignments within FLAPPING_WINDOW_S that look like a name clash
+FLAPPING_WINDOW_S = 30.0
+
+
 class _Listener(ConsumerRebalanceListener):
-    def __init__(self, assignment: Assignment) -> None:
+    def __init__(self, assignment: Assignment, status: Status, static_name: str | None) -> None:
         self.assignment = assignment
+        self.status = status
+        self.static_name = static_name
+        self.recent: deque[float] = deque(maxlen=FLAPPING_ASSIGNMENTS)
+        self.warned_at = -FLAPPING_WINDOW_S
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         await self.assignment.revoke(set(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.status.assigned(time.time())
+        self._flapping(time.monotonic())
         await self.assignment.assign(set(assigned))
+
+    def _flapping(self, now: float) -> None:
+        """Two live static members with one name fence each other at every join, over and
+        over: say so (once per window) rather than only rebalancing."""
+        self.recent.append(now)
+        if (
+            self.static_name is not None
+            and len(self.recent) == FLAPPING_ASSIGNMENTS
+            and now - self.recent[0] <= FLAPPING_WINDOW_S
+            and now - self.warned_at > FLAPPING_WINDOW_S
+        ):
+            self.warned_at = now
+            log.error(
+                "rebalanced %d times in %.0f s as static member %r: another live instance "
+                "probably has the same instance_name (each join fences the other); give "
+                "every instance its own",
+                FLAPPING_ASSIGNMENTS,
+                now - self.recent[0],
+                self.static_name,
+            )
 
 
 class Gateway:
@@ -185,7 +217,14 @@ class Gateway:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            partition_assignment_strategy=(RangePartitionAssignor,),
+            # one protocol only: aiokafka members offering two (pairs and range) were seen
+            # to rebalance over and over, one member never getting its assignment
+            partition_assignment_strategy=(
+                (pair_assignor(self.names.owner_of_topic),)
+                if s.partition_assignor == "pairs"
+                else (RangePartitionAssignor,)
+            ),
+            group_instance_id=s.instance_name if s.static_membership else None,
             metadata_max_age_ms=s.discovery_interval_ms,
             max_poll_records=s.max_poll_records,
             fetch_max_wait_ms=s.fetch_max_wait_ms,
@@ -215,7 +254,10 @@ class Gateway:
         self.compose(self.consumer, self.admin, self.offsets)
         assert self.assignment is not None
         self.consumer.subscribe(
-            pattern=s.subscription_pattern(), listener=_Listener(self.assignment)
+            pattern=s.subscription_pattern(),
+            listener=_Listener(
+                self.assignment, self.status, s.instance_name if s.static_membership else None
+            ),
         )
         self._running = True
 

@@ -21,6 +21,8 @@ class Status:
         self._threads: dict[str, int] = {}
         self._open: dict[str, int] = {}
         self._restoring = 0
+        self._held = 0
+        self._assigned_at = 0.0
         self._refused: tuple[str, ...] = ()
         self._denied: tuple[tuple[str, str, str], ...] = ()
         self._lag: Mapping[tuple[str, str], int] = frozen({})
@@ -35,13 +37,15 @@ class Status:
         """Everything from the pairs held now (an agent held no more shows zero)."""
         threads = dict.fromkeys(self._threads, 0)
         open_ = dict.fromkeys(self._open, 0)
-        restoring = 0
+        restoring = held = 0
         for slot in slots:
+            held += 1
             agent = slot.pair.agent
             threads[agent] = threads.get(agent, 0) + slot.pair.thread_count
             open_[agent] = open_.get(agent, 0) + slot.pair.open_interrupts
             restoring += not slot.ready and agent not in refused
         self._threads, self._open, self._restoring = threads, open_, restoring
+        self._held = held
         self._refused = tuple(sorted(refused))
         self._denied = tuple(sorted({(a, op, res) for (a, _), (op, res) in denied.items()}))
         self.publish()
@@ -58,6 +62,11 @@ class Status:
         if changed:
             self.publish()
 
+    def assigned(self, at: float) -> None:
+        """An assignment was taken at `at` (Unix time)."""
+        self._assigned_at = at
+        self.publish()
+
     def lag(self, lag: Mapping[tuple[str, str], int], worst: Mapping[tuple[str, str], int]) -> None:
         self._lag, self._lag_max = frozen(lag), frozen(worst)
         self.publish()
@@ -68,6 +77,8 @@ class Status:
                 threads=frozen(self._threads),
                 open_interrupts=frozen(self._open),
                 restoring=self._restoring,
+                held=self._held,
+                assigned_at=self._assigned_at,
                 refused=self._refused,
                 denied=self._denied,
                 lag=self._lag,

@@ -49,6 +49,11 @@ class TopicNames:
         s = self._settings
         return [s.rejections_topic, s.warnings_topic]
 
+    def owner_of_topic(self, topic: str) -> str | None:
+        """The agent (or group) whose events or requests topic this is, else None."""
+        found = self.classify(topic)
+        return found[0] if found is not None else None
+
     def classify(self, topic: str) -> tuple[str, str] | None:
         """(agent, "events"|"requests") for a consumed topic, else None."""
         match = self._events.match(topic)

@@ -48,6 +48,8 @@ class GaugeSnapshot:
         default_factory=lambda: _EMPTY
     )  # agent -> open interrupts
     restoring: int = 0  # pairs assigned, not yet consuming
+    held: int = 0  # pairs assigned to this instance
+    assigned_at: float = 0.0  # Unix time of the latest assignment (0: none yet)
     refused: tuple[str, ...] = ()  # agents refused
     denied: tuple[tuple[str, str, str], ...] = ()  # (agent, operation, resource)
     lag: Mapping[tuple[str, str], int] = field(
@@ -63,6 +65,12 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "threads": ("Threads held in state.", ("agent",)),
     "interrupts_open": ("Open interrupts held.", ("agent",)),
     "pairs_restoring": ("Assigned partition pairs not yet restored and consuming.", ()),
+    "pairs_held": ("Partition pairs assigned to this instance (restoring or deciding).", ()),
+    "last_assignment_timestamp_seconds": (
+        "When this instance last took an assignment (a rebalance), Unix time; time() minus "
+        "it is the time since. No sample before the first.",
+        (),
+    ),
     "agent_refused": ("1 for an agent refused (mismatched partitions, changelog).", ("agent",)),
     "permission_denied": (
         "1 while Kafka refuses the gateway an operation on a resource (a missing ACL); "
@@ -144,6 +152,8 @@ class GaugeCollector(Collector):
             "threads": [((a,), v) for a, v in s.threads.items()],
             "interrupts_open": [((a,), v) for a, v in s.open_interrupts.items()],
             "pairs_restoring": [((), s.restoring)],
+            "pairs_held": [((), s.held)],
+            "last_assignment_timestamp_seconds": [((), s.assigned_at)] if s.assigned_at else [],
             "agent_refused": [((a,), 1) for a in s.refused],
             "permission_denied": [(labels, 1) for labels in s.denied],
             "consumer_lag": lag,

@@ -1,0 +1,169 @@
+"""Which instance holds which pairs: co-partitioned, balanced and sticky.
+
+Kafka's group protocol lets the group's leader decide the assignment. The unit it
+hands out here is a pair: partition p of every topic of one owner (an agent's own
+topics, or a group's), so events p and requests p always go together. Units are
+spread so that the instances' counts differ by at most one, whatever the number of
+owners (Kafka's range assignor gives partition p of every topic to one member, so a
+fleet of one-partition agents lands on one instance). And they are sticky: each
+instance says in its join which units it holds now, and keeps up to its share of
+them; only what it must moves when an instance joins or leaves, and a pair that
+stays needs no restore (`Assignment.revoke` keeps its state until the next
+assignment).
+
+`balance` is the decision, pure; `pair_assignor` is aiokafka's adapter (one class
+per consumer: aiokafka calls an assignor's class methods, so the units an instance
+holds live on its own class).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+import orjson
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+
+log = logging.getLogger("gateway.assign")
+
+NAME = "agui-pairs"
+Unit = tuple[str, int]  # (owner, partition); a topic no owner claims: (topic, partition)
+MAX_USER_DATA = 4 << 20  # a member's claims larger than this are not read (none kept)
+
+
+def balance(
+    units: Iterable[Unit],
+    members: Iterable[str],
+    claimed: Mapping[str, Iterable[Unit]],
+    eligible: Callable[[str, Unit], bool] = lambda member, unit: True,
+) -> dict[str, list[Unit]]:
+    """Every unit to one eligible member: counts within one of each other (when every
+    member is eligible for every unit), each member keeping what it claims up to its
+    share, the rest to whoever holds fewest (ties: member order)."""
+    order = sorted(members)
+    pool = sorted(set(units))
+    out: dict[str, list[Unit]] = {member: [] for member in order}
+    if not order:
+        return out
+    base, extra = divmod(len(pool), len(order))
+    exists, taken = set(pool), set()
+    leftover: dict[str, list[Unit]] = {}
+    for member in order:
+        wanted = [
+            u for u in dict.fromkeys(claimed.get(member, ())) if u in exists and eligible(member, u)
+        ]
+        mine = [u for u in wanted if u not in taken]
+        out[member] = mine[:base]
+        taken.update(out[member])
+        leftover[member] = mine[base:]
+    # the extra units of an uneven split go first to those that already hold one
+    for member in sorted(order, key=lambda m: -len(leftover[m])):
+        if extra == 0:
+            break
+        spare = [u for u in leftover[member] if u not in taken]
+        if spare:
+            out[member].append(spare[0])
+            taken.add(spare[0])
+            extra -= 1
+    for unit in pool:
+        if unit in taken:
+            continue
+        candidates = [m for m in order if eligible(m, unit)]
+        if not candidates:
+            log.warning("no member subscribes to every topic of %s partition %d", *unit)
+            continue
+        fewest = min(candidates, key=lambda m: len(out[m]))
+        out[fewest].append(unit)
+        taken.add(unit)
+    return out
+
+
+def encode_claims(units: Iterable[Unit]) -> bytes:
+    return orjson.dumps(sorted({(owner, partition) for owner, partition in units}))
+
+
+def decode_claims(data: bytes | None) -> list[Unit]:
+    """The units a member says it holds; anything unreadable claims nothing."""
+    if not data or len(data) > MAX_USER_DATA:
+        return []
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(value, list):
+        return []
+    return [
+        (item[0], item[1])
+        for item in value
+        if isinstance(item, list)
+        and len(item) == 2
+        and isinstance(item[0], str)
+        and type(item[1]) is int
+    ]
+
+
+def pair_assignor(
+    owner_of: Callable[[str], str | None],
+) -> type[AbstractPartitionAssignor]:
+    """An assignor class for one consumer; `owner_of(topic)` names the topic's owner
+    (agent or group), None for a topic of no owner."""
+
+    def unit_of(topic: str, partition: int) -> Unit:
+        owner = owner_of(topic)
+        return (owner if owner is not None else f"topic:{topic}", partition)
+
+    class PairAssignor(AbstractPartitionAssignor):
+        name = NAME
+        version = 0
+        held: list[Unit] = []  # this instance's units as of its latest assignment
+
+        @classmethod
+        def assign(
+            cls,
+            cluster: ClusterMetadata,
+            members: Mapping[str, ConsumerProtocolMemberMetadata],
+        ) -> dict[str, ConsumerProtocolMemberAssignment]:
+            topics_of: dict[Unit, set[str]] = {}
+            for topic in sorted({t for m in members.values() for t in m.subscription}):
+                partitions = cluster.partitions_for_topic(topic)
+                if partitions is None:
+                    log.warning("no partition metadata for topic %s", topic)
+                    continue
+                for partition in partitions:
+                    topics_of.setdefault(unit_of(topic, partition), set()).add(topic)
+            subscribed = {member: set(m.subscription) for member, m in members.items()}
+            chosen = balance(
+                topics_of,
+                members,
+                {member: decode_claims(m.user_data) for member, m in members.items()},
+                lambda member, unit: topics_of[unit] <= subscribed[member],
+            )
+            result = {}
+            for member, units in chosen.items():
+                by_topic: dict[str, list[int]] = {}
+                for unit in units:
+                    for topic in topics_of[unit]:
+                        by_topic.setdefault(topic, []).append(unit[1])
+                result[member] = ConsumerProtocolMemberAssignment(
+                    cls.version, sorted((t, sorted(p)) for t, p in by_topic.items()), b""
+                )
+            return result
+
+        @classmethod
+        def metadata(cls, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+            return ConsumerProtocolMemberMetadata(
+                cls.version, list(topics), encode_claims(cls.held)
+            )
+
+        @classmethod
+        def on_assignment(cls, assignment: ConsumerProtocolMemberAssignment) -> None:
+            cls.held = sorted(
+                {unit_of(topic, p) for topic, parts in assignment.assignment for p in parts}
+            )
+
+    return PairAssignor
