@@ -2,13 +2,18 @@
 
 Unrecognised material (unknown members, unrecognised union members) is
 located so it can be stripped with a warning; a known field carrying a value
-the schema rejects is malformed, never coerced or repaired. Objects the
+the schema rejects is malformed, never coerced or repaired. What is left once
+stripped must be an input the strict validator reads (`conforms`): stripping
+never removes a required member (an image part's `source` of a type the protocol
+does not define makes the input malformed, not a part without its source).
+Malformed locations are listed up to MAX_MALFORMED, the errors past them counted. Objects the
 schema leaves open (`state`, `forwardedProps`, `payload`, `metadata`, ...)
 are typed `Any`/dict by the protocol's models and so are never walked into.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -82,8 +87,11 @@ class Shape:
     stripped_unions: list[tuple[Path, str]] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)  # the union members removed
     raw: Any = None  # the input as received
-    # the valid input less `unknown` and `removed`, when the reading built it (else None)
+    # the valid input less `unknown` and `removed` (the input itself when it has none)
     stripped: Any = None
+    # errors of the validator past the MAX_MALFORMED locations `malformed` lists: counted,
+    # neither located nor built into findings (a flood of them costs what 50 cost)
+    unlisted: int = 0
 
     @property
     def doc(self) -> dict[str, Any] | None:
@@ -118,6 +126,10 @@ def read_input(raw: dict[str, Any]) -> Shape:
             flood = _flood(shape, raw, count)
             if flood is not None:
                 return flood
+        # a malformed input is read from these errors (the strict validator's, less the
+        # extra members): it is not validated again
+        if _malformed_by(shape, raw, _errors(exc)):
+            return shape
         return _by_errors(shape, raw)
     if checked == raw:  # no typed dict of the input holds an extra member
         shape.stripped = raw
@@ -147,14 +159,19 @@ def _tags_malformed(shape: Shape, raw: dict[str, Any]) -> bool:
     return bool(shape.malformed)
 
 
+def _errors(exc: ValidationError) -> list[Any]:
+    return exc.errors(include_url=False, include_input=False, include_context=False)
+
+
 def _by_errors(shape: Shape, raw: dict[str, Any]) -> Shape:
     try:
         validator().validate_python(raw, strict=True)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        errors = _errors(exc)
     else:
         errors = []
-    malformed: list[tuple[str, str]] = []
+    if _malformed_by(shape, raw, errors):
+        return shape
     said: dict[tuple[str, int], str] = {}  # one message per tag and union: tags repeat
     routes: dict[tuple[Any, ...], tuple[int, ...]] = {}
     for error in errors:
@@ -165,24 +182,14 @@ def _by_errors(shape: Shape, raw: dict[str, Any]) -> Shape:
         path, node, relevant = _locate(raw, error["loc"])
         if not relevant:
             continue  # an alternative of a union that the value's own type rules out
-        if kind == "union_tag_invalid" and _text_tag(raw, path, node) is not None:
-            tag = _text_tag(raw, path, node)
-            assert tag is not None
-            message = said.get((tag, id(node)))
-            if message is None:
-                message = said[tag, id(node)] = _tag_message(
-                    tag, node["discriminator"], tuple(node["choices"])
-                )
-            shape.stripped_unions.append((path, message))
-        else:
-            if kind == "missing" and error["loc"]:
-                path = (*path, error["loc"][-1])
-            malformed.append((pointer(*path), error["msg"]))
-    if malformed:
-        shape.malformed = _merged(malformed)
-        shape.unknown = []
-        shape.stripped_unions = []
-        return shape
+        tag = _text_tag(raw, path, node) if kind == "union_tag_invalid" else None
+        assert tag is not None  # (else `_malformed_by` found the input malformed)
+        message = said.get((tag, id(node)))
+        if message is None:
+            message = said[tag, id(node)] = _tag_message(
+                tag, node["discriminator"], tuple(node["choices"])
+            )
+        shape.stripped_unions.append((path, message))
     shape.removed = [path for path, _ in shape.stripped_unions]
     removed = set(shape.removed)
     if removed:  # members of a removed element go with it
@@ -192,10 +199,137 @@ def _by_errors(shape: Shape, raw: dict[str, Any]) -> Shape:
     return _valid(shape, raw, shape.unknown)
 
 
+# Malformed locations listed one by one, at most; the validator's errors past them are
+# counted (`Shape.unlisted`), not located: 18,000 of them cost what 50 cost.
+MAX_MALFORMED = 50
+
+
+def _malformed_by(
+    shape: Shape,
+    doc: Any,
+    errors: list[Any],
+    located: Callable[[Path], Path] | None = None,
+    notes: dict[Path, str] | None = None,
+) -> bool:
+    """Whether the validator's `errors` on `doc` make it malformed: any error other than
+    an extra member, an alternative the value's type rules out or a union tag that is a
+    string. If so, `shape` is made malformed: its first MAX_MALFORMED locations listed
+    (each with every message found there), the errors past them counted.
+
+    `located` maps a path in `doc` to the input as received (`doc` is then the input
+    less what was stripped), and `notes` says why a member is missing from `doc`."""
+    malformed: list[tuple[str, str]] = []
+    wheres: set[str] = set()
+    for at, error in enumerate(errors):
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            continue
+        path, node, relevant = _locate(doc, error["loc"])
+        if not relevant:
+            continue  # an alternative of a union that the value's own type rules out
+        if kind == "union_tag_invalid" and _text_tag(doc, path, node) is not None:
+            continue  # unrecognised, not malformed
+        message = error["msg"]
+        if kind == "missing" and error["loc"]:
+            path = (*path, error["loc"][-1])
+        if located is not None:
+            path = located(path)
+            note = notes.get(path) if notes else None
+            message = (
+                f"{message} (in the input less what the gateway strips)"
+                if note is None
+                else f"{note}; the member is required, so it is not stripped: the input "
+                "is malformed"
+            )
+        where = pointer(*path)
+        if where not in wheres:
+            if len(wheres) == MAX_MALFORMED:  # the rest are counted, not read
+                shape.unlisted = sum(e["type"] != "extra_forbidden" for e in errors[at:])
+                break
+            wheres.add(where)
+        malformed.append((where, message))
+    if not malformed:
+        return False
+    shape.malformed = _merged(malformed)
+    shape.unknown = []
+    shape.stripped_unions = []
+    shape.removed = []
+    shape.stripped = None
+    return True
+
+
 def _valid(shape: Shape, raw: dict[str, Any], unknown: list[Path]) -> Shape:
+    """`shape` of a valid input: what it strips is taken out (`stripped`), and what is
+    left must be what the strict validator reads. Stripping never removes a required
+    member: where it would, the input is malformed (`conforms`)."""
     shape.unknown = unknown
+    if shape.removed or unknown:
+        if shape.stripped is None:
+            shape.stripped = remove_paths(raw, [*shape.removed, *unknown])
+        notes = {path: message for path, message in shape.stripped_unions}
+        if not conforms(shape, raw, shape.stripped, shape.removed, notes):
+            return shape
+    else:
+        shape.stripped = raw
     shape.model = Request(run_id=raw["runId"], resume=raw.get("resume"))
     return shape
+
+
+def conforms(
+    shape: Shape,
+    raw: dict[str, Any],
+    doc: dict[str, Any],
+    removed: Sequence[Path],
+    notes: dict[Path, str] | None = None,
+) -> bool:
+    """Whether `doc`, the input `raw` less the elements and members at `removed` (their
+    order free), is an input the strict validator reads: nothing is forwarded that the
+    protocol's models would not read. If it is not, `shape` is made malformed, each
+    problem pointed at in `raw` (`notes`: why a member at a removed path was removed).
+
+    The validator that ignores extra members returns `doc` itself exactly when `doc` is
+    valid and holds no extra member (half the strict validator's cost on a valid input);
+    anything else is read from the strict validator's errors."""
+    try:
+        if lenient().validate_python(doc, strict=True) == doc:
+            return True
+    except ValidationError:
+        pass
+    try:
+        validator().validate_python(doc, strict=True)
+    except ValidationError as exc:
+        errors = _errors(exc)
+    else:
+        return True
+    gone: dict[Path, list[int]] = {}  # list elements removed, by the list's path in `raw`
+    for path in removed:
+        if path and type(path[-1]) is int:
+            gone.setdefault(path[:-1], []).append(path[-1])
+    for indexes in gone.values():
+        indexes.sort()
+
+    def located(path: Path) -> Path:
+        out: list[str | int] = []
+        for part in path:
+            if type(part) is int:
+                for index in gone.get(tuple(out), ()):
+                    if index > part:
+                        break
+                    part += 1  # an element before it was removed
+            out.append(part)
+        return tuple(out)
+
+    if not _malformed_by(shape, doc, errors, located, notes):
+        # errors only of kinds that strip (an extra member, an unrecognised tag) left in
+        # what was stripped: still not what the validator reads
+        shape.malformed = _merged(
+            (pointer(*located(_locate(doc, e["loc"])[0])), f"{e['msg']} (once stripped)")
+            for e in errors[:MAX_MALFORMED]
+        )
+        shape.unlisted = max(0, len(errors) - MAX_MALFORMED)
+        shape.unknown, shape.stripped_unions, shape.removed, shape.stripped = [], [], [], None
+    shape.model = None
+    return False
 
 
 # Over this many validation errors, one schema-guided pass looks for extra members and
