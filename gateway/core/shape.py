@@ -126,7 +126,10 @@ def read_input(raw: dict[str, Any]) -> Shape:
         checked = lenient().validate_python(raw, strict=True)
     except ValidationError as exc:
         count = exc.error_count()
-        if count > MANY_ERRORS:  # a flood: all unrecognised tags? One pass says
+        errors = _Errors(exc)
+        # a flood: all unrecognised tags? One pass says, unless its first errors show a
+        # malformed value (then the pass is not made)
+        if count > MANY_ERRORS and not _surely_malformed(errors):
             flood = _flood(shape, raw, count)
             if flood is not None:
                 return flood
@@ -134,7 +137,7 @@ def read_input(raw: dict[str, Any]) -> Shape:
         # extra members): it is not validated again; past MAX_MALFORMED locations they
         # are counted, not read
         text_tags = count > MANY_ERRORS and _text_tags_only(raw)
-        if _malformed_by(shape, raw, _Errors(exc), text_tags=text_tags):
+        if _malformed_by(shape, raw, errors, text_tags=text_tags):
             return shape
         return _by_errors(shape, raw)
     if checked == raw:  # no typed dict of the input holds an extra member
@@ -441,13 +444,13 @@ def _flood(shape: Shape, raw: dict[str, Any], count: int) -> Shape | None:
             )
         return found
 
-    tags = [
-        (path, union) for path, union in tags if union is not RULED_OUT and union is not REQUIRED
-    ]
-    unions = dict(tags)
     if required:  # a required member stripped: malformed, as `conforms` finds it, unchecked
+        listed = set(required[:MAX_MALFORMED])  # a message is written for these alone
+        unions = {path: union for path, union in tags if path in listed and union is not REQUIRED}
         _required_stripped(shape, required, lambda path: message(path, unions[path]))
         return shape
+    tags = [(path, union) for path, union in tags if union is not RULED_OUT]
+    unions = dict(tags)
     shape.removed = [path for path, _ in tags]
     # checked before a message is written for each (a flood of them is common)
     if (shape.removed or extras) and not conforms(
@@ -458,6 +461,18 @@ def _flood(shape: Shape, raw: dict[str, Any], count: int) -> Shape | None:
     shape.unknown = extras
     shape.model = Request(run_id=raw["runId"], resume=raw.get("resume"))
     return shape
+
+
+def _surely_malformed(errors: _Errors) -> bool:
+    """Whether one of the first ERRORS_AT_ONCE errors is surely of a malformed value:
+    neither an extra member nor a union tag, and under no alternative of a plain union
+    (where the value's type may rule the error out)."""
+    for _, error in islice(errors.read(), ERRORS_AT_ONCE):
+        if error["type"] not in ("union_tag_invalid", "extra_forbidden") and not any(
+            type(part) is str and part.startswith(ALTERNATIVE) for part in error["loc"]
+        ):
+            return True
+    return False
 
 
 # A member `role` or `type` whose value is no string, as orjson writes it (compact; a quote
