@@ -6,9 +6,10 @@ the schema rejects is malformed, never coerced or repaired. What is left once
 stripped must be an input the strict validator reads (`conforms`): stripping
 never removes a required member (an image part's `source` of a type the protocol
 does not define makes the input malformed, not a part without its source).
-Malformed locations are listed up to MAX_MALFORMED, the errors past them counted. Objects the
-schema leaves open (`state`, `forwardedProps`, `payload`, `metadata`, ...)
-are typed `Any`/dict by the protocol's models and so are never walked into.
+Malformed locations are listed up to MAX_MALFORMED, the errors past them
+counted. Objects the schema leaves open (`state`, `forwardedProps`, `payload`,
+`metadata`, ...) are typed `Any`/dict by the protocol's models and so are never
+walked into.
 """
 
 from __future__ import annotations
