@@ -168,3 +168,22 @@ def test_the_generated_inputs_reach_every_path():
 
     probe()
     assert seen >= {"malformed", "clean", "walked", "by errors", "unknown", "unrecognised"}
+
+
+@SETTINGS
+@given(inputs())
+def test_errors_read_from_the_validators_json_read_alike(raw):
+    """Every input read as a flood, its errors from the validator's JSON two at a time
+    (as 700 of them are read 256 at a time), reads as with its errors built at once."""
+    reference = read_input(raw)
+    with (
+        mock.patch.object(shape_module, "MANY_ERRORS", 0),
+        mock.patch.object(shape_module, "ERRORS_AT_ONCE", 2),
+    ):
+        sliced = read_input(raw)
+    assert sliced.model == reference.model
+    assert sliced.malformed == reference.malformed
+    assert sliced.unlisted == reference.unlisted
+    assert sliced.unknown == reference.unknown
+    assert sliced.stripped_unions == reference.stripped_unions
+    assert sliced.removed == reference.removed
