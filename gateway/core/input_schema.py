@@ -115,8 +115,10 @@ def inner(node: dict[str, Any]) -> dict[str, Any]:
 # --- one pass along the schema -------------------------------------------------------------
 
 # (an input node, its path, the extra members found, the unrecognised union elements found:
-# their path and the tagged-union schema that does not define their tag) -> the node less
-# those (the node itself when it holds none, DROP for an unrecognised element)
+# their path and the tagged-union schema that does not define their tag, or RULED_OUT for
+# an error the validator reports for a plain union's alternative the value's type rules
+# out, once an element under it is unrecognised; or REQUIRED) -> the node less those (the
+# node itself when it holds none, DROP for an unrecognised element)
 Walk = Callable[[Any, Path, list[Path], list[tuple[Path, dict[str, Any]]]], Any]
 _MISSING: Any = object()
 DROP: Any = object()  # what an element whose union tag is unrecognised becomes: removed
@@ -179,6 +181,7 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
         for name, spec in node["fields"].items()
         if (compiled := _compiled(spec["schema"])) is not None
     ]
+    required = frozenset(name for name, spec in node["fields"].items() if spec["required"])
 
     def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
         out = None
@@ -191,6 +194,8 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
                         out = dict(value)
                     if new is DROP:
                         del out[name]
+                        if name in required:  # the copy is not what the validator reads
+                            tags.append((at + (name,), REQUIRED))
                     else:
                         out[name] = new
         if not value.keys() <= names:  # then the extra members, in the input's order
@@ -350,8 +355,27 @@ def _union(node: dict[str, Any]) -> tuple[Walk, tuple[type, ...]] | None:
                 by_type[kind] = compiled[0]
     if not by_type:
         return None
+    # When an element under an alternative has an unrecognised tag, that alternative
+    # fails, and so does each other one, for a value of another type: a scalar
+    # alternative reports one error, which is listed as a tag of node None (RULED_OUT),
+    # so that the errors the pass finds can be counted against the validator's
+    others = {
+        kind: sum(1 for choice, _ in node["choices"] if inner(choice).get("type") in _SCALARS)
+        for kind in by_type
+    }
 
     def walk(value: Any, at: Path, extras: list[Path], tags: list[tuple[Path, Any]]) -> Any:
-        return by_type[type(value)](value, at, extras, tags)
+        before = len(tags)
+        out = by_type[type(value)](value, at, extras, tags)
+        if len(tags) > before:
+            tags.extend(repeat((at, RULED_OUT), others[type(value)]))
+        return out
 
     return walk, tuple(by_type)
+
+
+_SCALARS = frozenset({"str", "int", "float", "bool", "none"})
+RULED_OUT: Any = None  # the node of a "tag" that is an error of an alternative ruled out
+# The node of a second entry at an unrecognised element's path when it is the value of a
+# required member: the copy without it lacks that member (not an error of the input's).
+REQUIRED: Any = {}

@@ -21,7 +21,15 @@ from gateway.core.codes import Reason, Verdict, Warn
 from gateway.core.decision import Answer, Decision, Policy
 from gateway.core.findings import Finding, clip, pointer, preview
 from gateway.core.jsontext import to_json
-from gateway.core.shape import Path, Request, read_input, remove_paths
+from gateway.core.shape import (
+    MAX_MALFORMED,
+    Path,
+    Request,
+    Shape,
+    conforms,
+    read_input,
+    remove_paths,
+)
 from gateway.core.sweep import answered_ids
 from gateway.core.thread import (
     FORWARDS_KEPT,
@@ -125,6 +133,8 @@ def judge(
     )
     for where, message in shape.malformed:
         found.reject(Reason.MALFORMED_INPUT, clip(message), path=where)
+    if shape.unlisted:
+        found.reject(Reason.MALFORMED_INPUT, _unlisted(shape.unlisted))
     if shape.model is None:
         return _reject(found, thread_id, run_id), state
 
@@ -228,14 +238,15 @@ def judge(
     if found.reasons:
         return _reject(found, thread_id, run_id), state
     removed = (*shape.removed, *shape.unknown, *entries_stripped)  # paths in the input received
-    if shape.stripped is not None:  # the input less its unknown and unrecognised members:
-        # its resume list is the input's (a resume entry is never an unrecognised element)
-        forward = shape.stripped
-        if entries_stripped:
-            forward = dict(forward)
-            forward["resume"] = list(compress(forward["resume"], kept))
-    else:
-        forward = remove_paths(raw, list(removed))
+    # the input less its unknown and unrecognised members (read by the strict validator):
+    # its resume list is the input's (a resume entry is never an unrecognised element)
+    forward = shape.stripped if shape.stripped is not None else remove_paths(raw, list(removed))
+    if entries_stripped:
+        forward = dict(forward)
+        forward["resume"] = list(compress(forward["resume"], kept))
+        # what is forwarded is what the protocol's models read, whatever was stripped
+        if not conforms(shape, raw, forward, removed):
+            return _malformed_once_stripped(shape, thread_id, run_id), state
     decision = Decision(
         Verdict.FORWARD,
         warnings=tuple(found.warnings),
@@ -246,6 +257,23 @@ def judge(
         removed=removed,
     )
     return decision, _remember(state, thread_id, model.run_id, print_, answers, now_ms)
+
+
+def _unlisted(count: int) -> str:
+    return (
+        f"{count:,} more of the validator's errors, past the first {MAX_MALFORMED} "
+        "locations (not listed one by one)"
+    )
+
+
+def _malformed_once_stripped(shape: Shape, thread_id: str | None, run_id: str | None) -> Decision:
+    """The rejection of an input whose forward the protocol's models would not read."""
+    found = _Findings()
+    for where, message in shape.malformed:
+        found.reject(Reason.MALFORMED_INPUT, clip(message), path=where)
+    if shape.unlisted:
+        found.reject(Reason.MALFORMED_INPUT, _unlisted(shape.unlisted))
+    return _reject(found, thread_id, run_id)
 
 
 def _duplicates(ids: list[str], distinct: int) -> dict[str, list[int]]:

@@ -2,14 +2,22 @@
 
 Unrecognised material (unknown members, unrecognised union members) is
 located so it can be stripped with a warning; a known field carrying a value
-the schema rejects is malformed, never coerced or repaired. Objects the
-schema leaves open (`state`, `forwardedProps`, `payload`, `metadata`, ...)
-are typed `Any`/dict by the protocol's models and so are never walked into.
+the schema rejects is malformed, never coerced or repaired. What is left once
+stripped must be an input the strict validator reads (`conforms`): stripping
+never removes a required member (an image part's `source` of a type the protocol
+does not define makes the input malformed, not a part without its source).
+Malformed locations are listed up to MAX_MALFORMED, the errors past them
+counted. Objects the schema leaves open (`state`, `forwardedProps`, `payload`,
+`metadata`, ...) are typed `Any`/dict by the protocol's models and so are never
+walked into.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -20,6 +28,8 @@ from gateway.core.findings import pointer, preview
 from gateway.core.input_schema import (
     ALTERNATIVE,
     ANY,
+    REQUIRED,
+    RULED_OUT,
     Path,
     inner,
     lenient,
@@ -82,8 +92,11 @@ class Shape:
     stripped_unions: list[tuple[Path, str]] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)  # the union members removed
     raw: Any = None  # the input as received
-    # the valid input less `unknown` and `removed`, when the reading built it (else None)
+    # the valid input less `unknown` and `removed` (the input itself when it has none)
     stripped: Any = None
+    # errors of the validator past the MAX_MALFORMED locations `malformed` lists: counted,
+    # neither located nor built into findings (a flood of them costs what 50 cost)
+    unlisted: int = 0
 
     @property
     def doc(self) -> dict[str, Any] | None:
@@ -114,10 +127,19 @@ def read_input(raw: dict[str, Any]) -> Shape:
         checked = lenient().validate_python(raw, strict=True)
     except ValidationError as exc:
         count = exc.error_count()
-        if count > MANY_ERRORS:  # a flood: all unrecognised tags? One pass says
+        errors = _Errors(exc)
+        # a flood: all unrecognised tags? One pass says, unless its first errors show a
+        # malformed value (then the pass is not made)
+        if count > MANY_ERRORS and not _surely_malformed(errors):
             flood = _flood(shape, raw, count)
             if flood is not None:
                 return flood
+        # a malformed input is read from these errors (the strict validator's, less the
+        # extra members): it is not validated again; past MAX_MALFORMED locations they
+        # are counted, not read
+        text_tags = count > MANY_ERRORS and _text_tags_only(raw)
+        if _malformed_by(shape, raw, errors, text_tags=text_tags):
+            return shape
         return _by_errors(shape, raw)
     if checked == raw:  # no typed dict of the input holds an extra member
         shape.stripped = raw
@@ -147,14 +169,81 @@ def _tags_malformed(shape: Shape, raw: dict[str, Any]) -> bool:
     return bool(shape.malformed)
 
 
+def _errors(exc: ValidationError) -> list[Any]:
+    return exc.errors(include_url=False, include_input=False, include_context=False)
+
+
+_NEXT_ERROR = '},{"type":"'  # between two errors of the validator's JSON, and nowhere else
+_EXTRA = '{"type":"extra_forbidden"'
+
+
+class _Errors:
+    """A ValidationError's errors in order, each built only when it is read.
+
+    Up to ERRORS_AT_ONCE they are built at once. A flood of them is written as JSON
+    by the validator (no Python object per error: a quarter of the cost of building
+    them) and read ERRORS_AT_ONCE at a time: in that text an error's members are its
+    type, its location and its message, and any quote inside a string is escaped,
+    so `},{"type":"` is found only between two errors."""
+
+    def __init__(self, exc: ValidationError) -> None:
+        self.count = exc.error_count()
+        self._built: list[Any] | None = None
+        self._text = ""
+        if self.count <= ERRORS_AT_ONCE:
+            self._built = _errors(exc)
+        else:
+            self._text = exc.json(include_url=False, include_input=False, include_context=False)
+        self._slice: list[Any] = []  # the slice read last, its first error's index
+        self._first = 0
+        self._after = 0  # where the text after it starts
+
+    def read(self, skip: frozenset[str] = frozenset()) -> Iterator[tuple[int, Any]]:
+        """(index, error) of each error in order, but for a slice of the flood's text
+        whose errors are all of the kinds in `skip`: it is not parsed at all."""
+        if self._built is not None:
+            self._slice, self._first, self._after = self._built, 0, 0
+            yield from enumerate(self._built)
+            return
+        text = self._text
+        start, first = 1, 0  # past the opening `[`
+        marks = [f'{{"type":"{kind}"' for kind in skip]
+        while start < len(text) - 1:
+            stop, size = start, 0
+            while size < ERRORS_AT_ONCE:
+                size += 1
+                stop = text.find(_NEXT_ERROR, stop + 1)
+                if stop < 0:
+                    stop = len(text) - 2  # the closing `}` of the last error
+                    break
+            if not marks or sum(text.count(m, start, stop) for m in marks) != size:
+                self._slice = orjson.loads("[" + text[start : stop + 1] + "]")
+                self._first, self._after = first, stop + 2
+                yield from enumerate(self._slice, first)
+            start, first = stop + 2, first + size
+
+    def rest(self, at: int) -> int:
+        """How many errors from the `at`-th on (one of the slice read last) are not
+        extra members."""
+        within = self._slice[at - self._first :]
+        extras = sum(error["type"] == "extra_forbidden" for error in within)
+        extras += self._text.count(_EXTRA, self._after) if self._text else 0
+        return self.count - at - extras
+
+
+# Errors built at once, or read from the validator's JSON at a time.
+ERRORS_AT_ONCE = 256
+
+
 def _by_errors(shape: Shape, raw: dict[str, Any]) -> Shape:
     try:
         validator().validate_python(raw, strict=True)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        if _malformed_by(shape, raw, _Errors(exc)):
+            return shape
+        errors = _errors(exc)
     else:
         errors = []
-    malformed: list[tuple[str, str]] = []
     said: dict[tuple[str, int], str] = {}  # one message per tag and union: tags repeat
     routes: dict[tuple[Any, ...], tuple[int, ...]] = {}
     for error in errors:
@@ -165,24 +254,14 @@ def _by_errors(shape: Shape, raw: dict[str, Any]) -> Shape:
         path, node, relevant = _locate(raw, error["loc"])
         if not relevant:
             continue  # an alternative of a union that the value's own type rules out
-        if kind == "union_tag_invalid" and _text_tag(raw, path, node) is not None:
-            tag = _text_tag(raw, path, node)
-            assert tag is not None
-            message = said.get((tag, id(node)))
-            if message is None:
-                message = said[tag, id(node)] = _tag_message(
-                    tag, node["discriminator"], tuple(node["choices"])
-                )
-            shape.stripped_unions.append((path, message))
-        else:
-            if kind == "missing" and error["loc"]:
-                path = (*path, error["loc"][-1])
-            malformed.append((pointer(*path), error["msg"]))
-    if malformed:
-        shape.malformed = _merged(malformed)
-        shape.unknown = []
-        shape.stripped_unions = []
-        return shape
+        tag = _text_tag(raw, path, node) if kind == "union_tag_invalid" else None
+        assert tag is not None  # (else `_malformed_by` found the input malformed)
+        message = said.get((tag, id(node)))
+        if message is None:
+            message = said[tag, id(node)] = _tag_message(
+                tag, node["discriminator"], tuple(node["choices"])
+            )
+        shape.stripped_unions.append((path, message))
     shape.removed = [path for path, _ in shape.stripped_unions]
     removed = set(shape.removed)
     if removed:  # members of a removed element go with it
@@ -192,10 +271,150 @@ def _by_errors(shape: Shape, raw: dict[str, Any]) -> Shape:
     return _valid(shape, raw, shape.unknown)
 
 
+# Malformed locations listed one by one, at most; the validator's errors past them are
+# counted (`Shape.unlisted`), not located: 18,000 of them cost what 50 cost.
+MAX_MALFORMED = 50
+
+
+def _malformed_by(
+    shape: Shape,
+    doc: Any,
+    errors: _Errors,
+    located: Callable[[Path], Path] | None = None,
+    note: Callable[[Path], str | None] | None = None,
+    text_tags: bool = False,
+) -> bool:
+    """Whether the validator's `errors` on `doc` make it malformed: any error other than
+    an extra member, an alternative the value's type rules out or a union tag that is a
+    string. If so, `shape` is made malformed: its first MAX_MALFORMED locations listed
+    (each with every message found there), the errors past them counted, not read.
+    `text_tags`: every union tag of `doc` is a string (`_text_tags_only`), so that no
+    unrecognised tag needs to be located to be told from a malformed one.
+
+    `located` maps a path in `doc` to the input as received (`doc` is then the input
+    less what was stripped), and `note` says why a member is missing from `doc` (None:
+    not stripped)."""
+    malformed: list[tuple[str, str]] = []
+    wheres: set[str] = set()
+    skip = frozenset({"extra_forbidden", *(["union_tag_invalid"] if text_tags else [])})
+    for at, error in errors.read(skip):
+        kind = error["type"]
+        if kind in skip:
+            continue
+        path, node, relevant = _locate(doc, error["loc"])
+        if not relevant:
+            continue  # an alternative of a union that the value's own type rules out
+        if kind == "union_tag_invalid" and _text_tag(doc, path, node) is not None:
+            continue  # unrecognised, not malformed
+        message = error["msg"]
+        if kind == "missing" and error["loc"]:
+            path = (*path, error["loc"][-1])
+        if located is not None:
+            path = located(path)
+            why = note(path) if note is not None and kind == "missing" else None
+            message = (
+                f"{message} (in the input less what the gateway strips)"
+                if why is None
+                else f"{why}; {_REQUIRED_NOTE}"
+            )
+        where = pointer(*path)
+        if where not in wheres:
+            if len(wheres) == MAX_MALFORMED:  # the rest are counted, not read
+                shape.unlisted = errors.rest(at)
+                break
+            wheres.add(where)
+        malformed.append((where, message))
+    if not malformed:
+        return False
+    shape.malformed = _merged(malformed)
+    shape.unknown = []
+    shape.stripped_unions = []
+    shape.removed = []
+    shape.stripped = None
+    return True
+
+
 def _valid(shape: Shape, raw: dict[str, Any], unknown: list[Path]) -> Shape:
+    """`shape` of a valid input: what it strips is taken out (`stripped`), and what is
+    left must be what the strict validator reads. Stripping never removes a required
+    member: where it would, the input is malformed (`conforms`)."""
     shape.unknown = unknown
+    if shape.removed or unknown:
+        if shape.stripped is None:
+            shape.stripped = remove_paths(raw, [*shape.removed, *unknown])
+        notes = dict(shape.stripped_unions)
+        if not conforms(shape, raw, shape.stripped, shape.removed, notes.__getitem__):
+            return shape
+    else:
+        shape.stripped = raw
     shape.model = Request(run_id=raw["runId"], resume=raw.get("resume"))
     return shape
+
+
+def conforms(
+    shape: Shape,
+    raw: dict[str, Any],
+    doc: dict[str, Any],
+    removed: Sequence[Path],
+    notes: Callable[[Path], str] | None = None,
+) -> bool:
+    """Whether `doc`, the input `raw` less the elements and members at `removed` (their
+    order free), is an input the strict validator reads: nothing is forwarded that the
+    protocol's models would not read. If it is not, `shape` is made malformed, each
+    problem pointed at in `raw` (`notes`: why an unrecognised union member at one of
+    `removed` was removed).
+
+    The validator that ignores extra members returns `doc` itself exactly when `doc` is
+    valid and holds no extra member (half the strict validator's cost on a valid input);
+    its errors are the strict validator's less extra members (and when it finds none, the
+    strict validator's errors are read)."""
+    try:
+        if lenient().validate_python(doc, strict=True) == doc:
+            return True
+    except ValidationError as exc:
+        errors = _Errors(exc)  # the strict validator's errors less extra members
+    else:
+        try:  # valid, but for what the gateway strips
+            validator().validate_python(doc, strict=True)
+        except ValidationError as exc:
+            errors = _Errors(exc)
+        else:
+            return True
+    gone: dict[Path, list[int]] = {}  # list elements removed, by the list's path in `raw`
+    for path in removed:
+        if path and type(path[-1]) is int:
+            gone.setdefault(path[:-1], []).append(path[-1])
+    for indexes in gone.values():
+        indexes.sort()
+
+    def located(path: Path) -> Path:
+        out: list[str | int] = []
+        for part in path:
+            if type(part) is int:
+                for index in gone.get(tuple(out), ()):
+                    if index > part:
+                        break
+                    part += 1  # an element before it was removed
+            out.append(part)
+        return tuple(out)
+
+    removed_at = set(removed) if notes is not None else set()
+
+    def note(path: Path) -> str | None:
+        return notes(path) if notes is not None and path in removed_at else None
+
+    if not _malformed_by(shape, doc, errors, located, note):
+        # errors only of kinds that strip (an extra member, an unrecognised tag) left in
+        # what was stripped: still not what the validator reads
+        listed = [error for _, error in islice(errors.read(), MAX_MALFORMED)]
+        shape.malformed = _merged(
+            (pointer(*located(_locate(doc, e["loc"])[0])), f"{e['msg']} (once stripped)")
+            for e in listed
+        )
+        shape.unlisted = errors.count - len(listed)
+        shape.unknown, shape.stripped_unions, shape.removed, shape.stripped = [], [], [], None
+    shape.model = None
+    return False
 
 
 # Over this many validation errors, one schema-guided pass looks for extra members and
@@ -211,20 +430,78 @@ def _flood(shape: Shape, raw: dict[str, Any], count: int) -> Shape | None:
     extras: list[Path] = []
     tags: list[tuple[Path, dict[str, Any]]] = []
     stripped = walker()(raw, (), extras, tags)
-    if len(tags) != count:
+    required = [path for path, union in tags if union is REQUIRED]
+    if len(tags) - len(required) != count:
         return None
     shape.stripped = stripped
     said: dict[tuple[str, int], str] = {}
-    for path, union in tags:
+
+    def message(path: Path, union: dict[str, Any]) -> str:
         tag = _at(raw, path)[union["discriminator"]]
-        message = said.get((tag, id(union)))
-        if message is None:
-            message = said[tag, id(union)] = _tag_message(
+        found = said.get((tag, id(union)))
+        if found is None:
+            found = said[tag, id(union)] = _tag_message(
                 tag, union["discriminator"], tuple(union["choices"])
             )
-        shape.stripped_unions.append((path, message))
+        return found
+
+    if required:  # a required member stripped: malformed, as `conforms` finds it, unchecked
+        listed = set(required[:MAX_MALFORMED])  # a message is written for these alone
+        unions = {path: union for path, union in tags if path in listed and union is not REQUIRED}
+        _required_stripped(shape, required, lambda path: message(path, unions[path]))
+        return shape
+    tags = [(path, union) for path, union in tags if union is not RULED_OUT]
+    unions = dict(tags)
     shape.removed = [path for path, _ in tags]
-    return _valid(shape, raw, extras)
+    # checked before a message is written for each (a flood of them is common)
+    if (shape.removed or extras) and not conforms(
+        shape, raw, stripped, shape.removed, lambda path: message(path, unions[path])
+    ):
+        return shape
+    shape.stripped_unions = [(path, message(path, union)) for path, union in tags]
+    shape.unknown = extras
+    shape.model = Request(run_id=raw["runId"], resume=raw.get("resume"))
+    return shape
+
+
+def _surely_malformed(errors: _Errors) -> bool:
+    """Whether one of the first ERRORS_AT_ONCE errors is surely of a malformed value:
+    neither an extra member nor a union tag, and under no alternative of a plain union
+    (where the value's type may rule the error out)."""
+    for _, error in islice(errors.read(), ERRORS_AT_ONCE):
+        if error["type"] not in ("union_tag_invalid", "extra_forbidden") and not any(
+            type(part) is str and part.startswith(ALTERNATIVE) for part in error["loc"]
+        ):
+            return True
+    return False
+
+
+# A member `role` or `type` whose value is no string, as orjson writes it (compact; a quote
+# inside a string is escaped, so `"role":` is found only where a member is named)
+_NON_TEXT_TAG = re.compile(rb'"(?:role|type)":[^"]')
+
+
+def _text_tags_only(raw: dict[str, Any]) -> bool:
+    """Whether no object in `raw` has a `role` or `type` member that is not a string, so
+    that every union tag in it is a string (read from its text, without a walk)."""
+    try:
+        text = orjson.dumps(raw)
+    except orjson.JSONEncodeError:
+        return False
+    return _NON_TEXT_TAG.search(text) is None
+
+
+def _required_stripped(shape: Shape, paths: list[Path], note: Callable[[Path], str]) -> None:
+    """`shape` made malformed by the required members at `paths` (unrecognised union
+    elements, in the validator's order): the first MAX_MALFORMED listed, the rest counted."""
+    shape.malformed = _merged(
+        (pointer(*path), f"{note(path)}; {_REQUIRED_NOTE}") for path in paths[:MAX_MALFORMED]
+    )
+    shape.unlisted = max(0, len(paths) - MAX_MALFORMED)
+    shape.unknown, shape.stripped_unions, shape.removed, shape.stripped = [], [], [], None
+
+
+_REQUIRED_NOTE = "the member is required, so it is not stripped: the input is malformed"
 
 
 def _shallow(raw: object) -> bool:

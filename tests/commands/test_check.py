@@ -517,3 +517,22 @@ def test_every_hostile_request_holds_the_contract(tmp_path, capfd, name):
     events = [json.dumps(started), json.dumps(finished)]
     status, out, err = run_main(tmp_path, events, build().decode(), capfd)
     holds_the_contract(status, out, err)
+
+
+def test_an_input_whose_stripping_would_remove_a_required_member_is_rejected(files):
+    """An image part's source of a type the protocol does not define (s3): the part
+    without its source is not an input the protocol's models read, so nothing is
+    forwarded (it was, as `[{"type":"image"}]`)."""
+    part = {"type": "image", "source": {"type": "s3", "value": "v"}}
+    raw = {
+        "threadId": THREAD,
+        "runId": "run-2",
+        "messages": [{"id": "m", "role": "user", "content": [part]}],
+    }
+    done = check(*files([], raw), "--now", NOW)
+    assert done.returncode == 1, done.stderr
+    out = document(done)
+    assert [(r["code"], r["path"]) for r in out["reasons"]] == [
+        ("malformed_input", "/messages/0/content/0/source")
+    ]
+    assert out["warnings"] == []

@@ -243,7 +243,96 @@ REQUEST_MORE: dict[str, tuple[object, Callable[[], bytes]]] = {
         ),
     ),
 }
-REQUESTS: dict[str, tuple[object, Callable[[], bytes]]] = {**CASES, **REQUEST_MORE}
+
+# --- malformed floods: numbers where strings belong, each error counted past the 50 listed
+
+
+def _number(i: int) -> int:
+    return 1_000_000 + i  # seven digits each: `_filled` sizes the list by the first item
+
+
+def _wrong(item: Callable[[int], Any]) -> Callable[[], bytes]:
+    return lambda: request({"approved": True}, messages=_filled(item, 960_000))
+
+
+REQUEST_MALFORMED: dict[str, tuple[object, Callable[[], bytes]]] = {
+    "1 MB of messages whose ids are numbers": (
+        APPROVAL,
+        _wrong(lambda i: {"id": _number(i), "role": "user", "content": "x"}),
+    ),
+    "1 MB of messages, every field a number": (
+        APPROVAL,
+        _wrong(lambda i: {"id": _number(i), "role": "user", "content": 1, "name": 1}),
+    ),
+    "1 MB of tool messages, every field a number": (
+        APPROVAL,
+        _wrong(lambda i: {"id": _number(i), "role": "tool", "toolCallId": 1, "content": 1}),
+    ),
+    "1 MB of tool calls, every field a number": (
+        APPROVAL,
+        _wrong(
+            lambda i: {
+                "id": "m",
+                "role": "assistant",
+                "toolCalls": [
+                    {"id": _number(i), "type": "function", "function": {"name": 1, "arguments": 1}}
+                ],
+            }
+        ),
+    ),
+    "1 MB of resume entries whose ids are numbers": (
+        APPROVAL,
+        lambda: to_json(
+            {
+                "threadId": THREAD,
+                "runId": "r2",
+                "messages": [],
+                "resume": _filled(
+                    lambda i: {"interruptId": _number(i), "status": "cancelled"}, 960_000
+                ),
+            }
+        ),
+    ),
+    "1 MB of context and tools, numbers": (
+        APPROVAL,
+        lambda: request(
+            {"approved": True},
+            context=_filled(lambda i: {"description": 1, "value": 1}, 480_000),
+            tools=_filled(lambda i: {"name": 1, "description": 1, "parameters": {}}, 480_000),
+        ),
+    ),
+    "1 MB of image parts whose source type is s3": (
+        APPROVAL,
+        lambda: request(
+            {"approved": True},
+            messages=[
+                {
+                    "id": "m",
+                    "role": "user",
+                    "content": _filled(
+                        lambda i: {"type": "image", "source": {"type": "s3", "value": "v"}},
+                        960_000,
+                    ),
+                }
+            ],
+        ),
+    ),
+    "1 MB of unknown roles, one malformed message last": (
+        APPROVAL,
+        lambda: request(
+            {"approved": True},
+            messages=[
+                *_filled(lambda i: {"id": "r", "role": "robot", "content": "x"}, 950_000),
+                {"id": 1, "role": "user", "content": "x"},
+            ],
+        ),
+    ),
+}
+REQUESTS: dict[str, tuple[object, Callable[[], bytes]]] = {
+    **CASES,
+    **REQUEST_MORE,
+    **REQUEST_MALFORMED,
+}
 
 
 def judge_request(data: bytes, state: ThreadState | None) -> Decision | None:

@@ -331,7 +331,10 @@ def test_a_flood_the_pass_does_not_account_for_is_read_error_by_error():
     raw = run_input([entry("int-1", sig="s")])
     raw["messages"] = [{"id": f"u{i}", "role": "user", "extra": i} for i in range(300)]
     shape = read_input(raw)  # every message lacks its content, and has an extra member
-    assert shape.model is None and len(shape.malformed) == 300 and shape.unknown == []
+    assert shape.model is None and shape.unknown == []
+    # the first 50 locations listed, the validator's other errors counted
+    assert [w for w, _ in shape.malformed] == [f"/messages/{i}/content" for i in range(50)]
+    assert shape.unlisted == 250
     raw["messages"][5]["role"] = 5  # one tag that is no string among extra members
     for message in raw["messages"]:
         message["content"] = "x"
@@ -377,3 +380,67 @@ def test_the_text_of_the_messages_rules_out_non_text_tags_only_when_there_are_no
     assert _container_tags_possible(messages) or not found
     if big and found:  # found before any validator meets the input, as before
         assert read_input(raw).malformed == found
+
+
+def test_the_validators_errors_read_from_its_json_are_its_errors():
+    """A flood of errors is read from the validator's JSON a slice at a time: the same
+    errors, in the same order, whatever the member names hold."""
+    from pydantic import ValidationError
+
+    from gateway.core import shape as shape_module
+    from gateway.core.input_schema import validator
+
+    raw = run_input([entry("int-1")])
+    odd = ['a"},{"type":"x', "\\", "é\u0001", "}", '{"type":"extra_forbidden"']
+    raw["messages"] = [
+        {"id": i, "role": "user", "content": "x", odd[i % len(odd)]: i} for i in range(700)
+    ]
+    with pytest.raises(ValidationError) as caught:
+        validator().validate_python(raw, strict=True)
+    errors = shape_module._Errors(caught.value)
+    assert errors.count > shape_module.ERRORS_AT_ONCE
+    read = [(at, e["type"], tuple(e["loc"]), e["msg"]) for at, e in errors.read()]
+    expected = caught.value.errors(include_url=False, include_input=False, include_context=False)
+    assert read == [(n, e["type"], e["loc"], e["msg"]) for n, e in enumerate(expected)]
+    # a slice of skipped kinds alone is not parsed, and every index stays the validator's
+    kept = [at for at, _ in errors.read(frozenset({"extra_forbidden"}))]
+    assert set(kept) >= {n for n, e in enumerate(expected) if e["type"] != "extra_forbidden"}
+    # errors from one in the slice read last on, extra members not counted
+    last = max(n for n, e in enumerate(expected) if e["type"] != "extra_forbidden")
+    assert errors.rest(last) == 1 and errors.rest(len(expected) - 1) == 0
+
+
+def test_a_flood_of_unrecognised_sources_is_malformed_read_by_the_one_pass(monkeypatch):
+    """Each image part's source is of a type the protocol does not define: stripping it
+    would leave the part without its required source. The one pass says so without
+    validating the stripped input, as reading every error does."""
+    from gateway.core import shape as shape_module
+
+    raw = run_input([entry("int-1")])
+    part = {"type": "image", "source": {"type": "s3", "value": "v"}}
+    raw["messages"] = [
+        {"id": "r", "role": "robot"},
+        {"id": "m", "role": "user", "content": [{"type": "holo"}, *[part] * 400]},
+    ]
+    checked: list[object] = []
+    monkeypatch.setattr(shape_module, "conforms", lambda *args, **kw: checked.append(args))
+    shape = read_input(raw)
+    assert checked == []  # the pass found it
+    monkeypatch.undo()
+    assert shape.model is None and shape.unlisted == 350
+    assert [w for w, _ in shape.malformed] == [
+        f"/messages/1/content/{i}/source" for i in range(1, 51)
+    ]
+    assert "'s3'" in shape.malformed[0][1] and "required" in shape.malformed[0][1]
+    assert shape.malformed == read_by_errors(raw).malformed
+
+
+def test_a_flood_of_unrecognised_roles_with_one_malformed_message_is_malformed():
+    raw = run_input([entry("int-1")])
+    raw["messages"] = [{"id": "r", "role": "robot"}] * 600 + [{"id": 1, "role": "user"}]
+    shape = read_input(raw)
+    assert shape.model is None and shape.unlisted == 0
+    assert [w for w, _ in shape.malformed] == ["/messages/600/id", "/messages/600/content"]
+    assert shape.malformed == read_by_errors(raw).malformed
+    raw["messages"][3] = {"id": "r", "role": 7}  # a tag that is no string: located
+    assert [w for w, _ in read_input(raw).malformed][0] == "/messages/3"

@@ -140,16 +140,24 @@ def test_the_one_pass_for_floods_equals_the_strict_validators_errors(raw):
 def test_the_generated_inputs_reach_every_path():
     """The generator is not vacuous: each reading path is taken by some example."""
     seen: set[str] = set()
+    by_errors = shape_module._by_errors
+    read: list[bool] = []  # whether the input was read error by error
+
+    def recorded(*args: Any) -> Any:
+        read.append(True)
+        return by_errors(*args)
 
     @settings(max_examples=300, deadline=None, database=None)
     @given(inputs())
     def probe(raw: dict[str, Any]) -> None:
-        shape = read_input(raw)
+        read.clear()
+        with mock.patch.object(shape_module, "_by_errors", recorded):
+            shape = read_input(raw)
         if shape.model is None:
             seen.add("malformed")
         elif shape.stripped is raw:
             seen.add("clean")
-        elif shape.stripped is not None:
+        elif not read:
             seen.add("walked")
         else:
             seen.add("by errors")
@@ -160,3 +168,22 @@ def test_the_generated_inputs_reach_every_path():
 
     probe()
     assert seen >= {"malformed", "clean", "walked", "by errors", "unknown", "unrecognised"}
+
+
+@SETTINGS
+@given(inputs())
+def test_errors_read_from_the_validators_json_read_alike(raw):
+    """Every input read as a flood, its errors from the validator's JSON two at a time
+    (as 700 of them are read 256 at a time), reads as with its errors built at once."""
+    reference = read_input(raw)
+    with (
+        mock.patch.object(shape_module, "MANY_ERRORS", 0),
+        mock.patch.object(shape_module, "ERRORS_AT_ONCE", 2),
+    ):
+        sliced = read_input(raw)
+    assert sliced.model == reference.model
+    assert sliced.malformed == reference.malformed
+    assert sliced.unlisted == reference.unlisted
+    assert sliced.unknown == reference.unknown
+    assert sliced.stripped_unions == reference.stripped_unions
+    assert sliced.removed == reference.removed
