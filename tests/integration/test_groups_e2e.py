@@ -229,13 +229,16 @@ async def test_a_groups_threads_survive_a_restart_keyed_by_agent(ns: Namespace, 
         await second.stop()
 
 
+@pytest.mark.parametrize("scope", ["pair", "instance"])
 async def test_a_group_decides_every_request_exactly_once_across_a_kill(
-    ns: Namespace, tmp_path
+    ns: Namespace, tmp_path, scope: str
 ) -> None:
     await create_group(ns, partitions=3)
     agents = [f"w-{i}" for i in range(4)]
     threads = [f"t{i:02d}" for i in range(25)]  # the same thread ids for every agent
-    first = await GatewayProcess(ns, tmp_path, name="first", groups=GROUPS).start()
+    first = await GatewayProcess(
+        ns, tmp_path, name="first", groups=GROUPS, producer_scope=scope
+    ).start()
     for agent in agents:
         await produce(
             ns.bootstrap,
@@ -256,7 +259,9 @@ async def test_a_group_decides_every_request_exactly_once_across_a_kill(
     sender = asyncio.create_task(send())
     await wait_metric(first, "agui_gateway_requests_total{", 20)
     assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
-    second = await GatewayProcess(ns, tmp_path, name="second", groups=GROUPS).start()
+    second = await GatewayProcess(
+        ns, tmp_path, name="second", groups=GROUPS, producer_scope=scope
+    ).start()
     try:
         await sender
         good = {f"{a}/{t}" for n, t in enumerate(threads) for a in agents if n % 2 == 0}
