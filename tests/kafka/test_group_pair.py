@@ -350,24 +350,41 @@ def test_warnings_of_two_agents_on_one_thread_id_are_rate_limited_apart():
     assert sorted(w["agent"] for w in warnings) == ["alpha"] * 5 + ["beta"] * 5
 
 
-def test_a_groups_metrics_are_labelled_with_the_group_whatever_its_agents():
-    pair, registry = make_group_pair()
-    f = GroupFeed()
-    pair.take(
-        "events",
-        [f.rec("events", started(f"r{i}"), i, f"w-{i}", key=f"t{i}") for i in range(1, 501)],
-    )
-    pair.process(None, 0.0, 0)
-    commit(pair)
-    assert pair.thread_count == 500
-    agents = {
-        sample.labels.get("agent")
+def series(registry: CollectorRegistry) -> set[tuple[str, tuple]]:
+    """Every series a registry exports, by name and labels (values left out)."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items())))
         for family in registry.collect()
         for sample in family.samples
-        if "agent" in sample.labels
     }
-    assert agents == {"team"}  # one series per group, not per agent
-    assert sample(registry, "agui_gateway_events_total", agent="team", type="RUN_STARTED") == 500
+
+
+def test_a_groups_metrics_are_labelled_with_the_group_whatever_its_agents():
+    def served(agents: int) -> tuple[PartitionPair, CollectorRegistry]:
+        pair, registry = make_group_pair()
+        f = GroupFeed()
+        records = []
+        for i in range(agents):  # each agent runs a thread and leaves an interrupt open
+            records += [
+                f.rec("events", started("r1"), 1, f"w-{i}", key=f"t{i}"),
+                f.rec(
+                    "events", {**interrupted("r1"), "threadId": f"t{i}"}, 2, f"w-{i}", key=f"t{i}"
+                ),
+            ]
+        pair.take("events", records)
+        pair.process(None, 0.0, 0)
+        commit(pair)
+        return pair, registry
+
+    one, one_registry = served(1)
+    many, many_registry = served(10_000)
+    assert many.thread_count == 10_000 and many.open_interrupts == 10_000
+    # the same series for 10,000 agents as for one: labelled by the group, never per agent
+    assert series(many_registry) == series(one_registry)
+    assert {dict(labels).get("agent") for _, labels in series(many_registry)} - {None} == {"team"}
+    assert sample(many_registry, "agui_gateway_events_total", agent="team", type="RUN_STARTED") == (
+        10_000
+    )
 
 
 def test_on_an_agents_own_topics_the_header_is_optional_but_must_name_it():
