@@ -441,3 +441,29 @@ def test_group_keys_are_unambiguous():
     assert changelog.group_key("a:b", "c") != changelog.group_key("a", "b:c")
     for bad in ["t1", "", "3:ab", "3:abc", "0::t", "x:a:b", "²:a:b", "2:abc:d", "1234567:a:b"]:
         assert changelog.split_group_key(bad) is None
+
+
+def test_the_fast_path_of_one_agents_active_run_never_swallows_anothers_events():
+    pair, registry = make_group_pair()
+    f = GroupFeed()
+    delta = b'{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}'
+    pair.take(
+        "events",
+        [
+            f.rec("events", started("ra"), 1, "alpha"),
+            f.rec("events", interrupted("ra"), 2, "alpha"),  # alpha's t1 closed
+            f.rec("events", started("rb"), 3, "beta"),  # beta's t1 running
+        ],
+    )
+    pair.process(None, 0.0, 0)
+    commit(pair)
+    # deltas of both on t1, all buffered: beta's is inside its run, alpha's after a close
+    pair.take("events", [f.rec("events", delta, 4, "beta"), f.rec("events", delta, 5, "alpha")])
+    pair.process(None, 0.0, 0)
+    warnings = bodies(pair, "agui.warnings")
+    assert [(w["agent"], w.get("rule")) for w in warnings] == [("alpha", "event_after_close")]
+    commit(pair)
+    assert (
+        sample(registry, "agui_gateway_events_total", agent="team", type="TEXT_MESSAGE_CONTENT")
+        == 2
+    )
