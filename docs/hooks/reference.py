@@ -65,7 +65,8 @@ def _type_name(annotation: Any) -> str:
     text = re.sub(r"\b(?:typing|pydantic\.types|pathlib|gateway\.settings)\.", "", text)
     text = text.replace("NoneType", "None")
     text = re.sub(r"Literal\[(.*)\]", lambda m: " | ".join(m.group(1).split(", ")), text)
-    return text
+    # "or", not "|": a table cell's code span would show the escaped pipe's backslash
+    return text.replace(" | ", " or ")
 
 
 def _default(field: Any) -> str:
