@@ -149,8 +149,20 @@ def _parser() -> argparse.ArgumentParser:
         help="the admin client config file named in the printed commands",
     )
     acls_action = acls.add_mutually_exclusive_group()
-    acls_action.add_argument("--apply", action="store_const", const="apply", dest="action")
-    acls_action.add_argument("--remove", action="store_const", const="remove", dest="action")
+    acls_action.add_argument(
+        "--apply",
+        action="store_const",
+        const="apply",
+        dest="action",
+        help="create the ACLs through an admin client (the settings name an admin principal)",
+    )
+    acls_action.add_argument(
+        "--remove",
+        action="store_const",
+        const="remove",
+        dest="action",
+        help="delete the ACLs through an admin client (the settings name an admin principal)",
+    )
     return parser
 
 

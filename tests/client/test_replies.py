@@ -1,4 +1,4 @@
-"""The reply models read the records the gateway writes (shapes as in the README)."""
+"""The reply models read the records the gateway writes (shapes as in docs/reference/records.md)."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ from tests.core.hostile import (
 
 BUDGET_UNITS = 3.5  # 50 ms / ~14 ms, the unit on the reference machine
 MACHINE_FACTOR = 2.5
-# Shapes still over the goal, well above the plain 1 MB shapes (README, "CPU per record"):
+# Shapes still over the goal, well above the plain 1 MB shapes (docs/concepts/limits.md, "CPU per record"):
 # a flood of members the gateway must strip and list one by one (a copy and a path per
 # member, built in Python), and an integer beyond 64 bits beside 1 MB of messages. Their
 # guard is a regression bound, not the goal. (The 1 MB of resume entries and the events

@@ -100,7 +100,7 @@ async def test_http_agent_through_gateway_bridge_and_pydantic_ai_agent(
     ns: Namespace, tmp_path: Path, create_topics
 ) -> None:
     modules = installed_client()
-    # The edge's reply topic exists before the gateway starts (see the README's note).
+    # The edge's reply topic exists before the gateway starts (see docs/reference/records.md, reply topics created while the gateway runs).
     await create_topics([f"{ns.prefix}.edge-replies"])
     app, counters = approval_agent()
     async with Served(app) as served:

@@ -3,7 +3,7 @@
 The broker is `KAFKA_SECURITY=sasl_ssl deploy/kafka.sh start` (the `secure_kafka`
 fixture): ACLs enforced, nothing allowed that no ACL grants. The gateway runs as
 `agui-gateway` with exactly the ACLs `agui-gateway acls` gives it, configured by
-deploy/secure/gateway.toml (the README's configuration) plus its password, and
+deploy/secure/gateway.toml (the configuration docs/guides/secure-kafka.md shows) plus its password, and
 the test's own clients as the `admin` super user.
 """
 
@@ -56,7 +56,7 @@ class SecureNamespace(Namespace):
         return (self.secure_dir / f"{user or self.user}.password").read_text().strip()
 
     def env(self, **overrides: Any) -> dict[str, str]:
-        # The README's file verbatim; only the port-dependent values and the secret differ.
+        # The documented file verbatim; only the port-dependent values and the secret differ.
         settings: dict[str, Any] = {
             "ssl_cafile": self.secure_dir / "ca.crt",
             "sasl_plain_username": self.user,
@@ -378,7 +378,7 @@ def test_refused_security_is_exit_2_with_one_line_naming_the_cause(
     assert env["AGUI_GATEWAY_SASL_PLAIN_PASSWORD"] not in result.stderr
 
 
-def test_readme_shows_the_secure_configuration_the_tests_use() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert CONFIG.read_text() in readme
-    assert os.path.relpath(CONFIG, REPO_ROOT) in readme
+def test_the_docs_show_the_secure_configuration_the_tests_use() -> None:
+    guide = (REPO_ROOT / "docs" / "guides" / "secure-kafka.md").read_text()
+    assert CONFIG.read_text() in guide
+    assert os.path.relpath(CONFIG, REPO_ROOT) in guide

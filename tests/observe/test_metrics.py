@@ -313,7 +313,7 @@ def test_the_gauges_describe_the_labels_they_collect():
 
 
 def test_a_thousand_busy_agents_stay_under_200_kb_uncompressed_by_default():
-    """The README's figure: every agent forwarding, rejecting, raising and answering
+    """The figure of docs/operations/metrics.md: every agent forwarding, rejecting, raising and answering
     interrupts (`fleet_activity`), holding threads and open interrupts and lagging on
     both topics (`busy_fleet_state`), process metrics included."""
     sizes: dict[int, int] = {}
