@@ -39,6 +39,13 @@ REASONS: Mapping[Reason, str] = {
     "this request after waiting `merge_max_wait_ms` (overload, or an events side far "
     "behind), so it did not judge it; send it again. Never a verdict on missing state "
     "(`thread_unknown` is only said with the events side caught up)",
+    Reason.AGENT_MISSING: "a request on a group's topics names no agent (no `agui-agent` "
+    "header, or an empty one); it is not judged, and its rejection names the group",
+    Reason.AGENT_NAME_ILLEGAL: "its `agui-agent` header is not UTF-8, is over 249 characters, "
+    "or does not match `agent_name_pattern`",
+    Reason.AGENT_NOT_ALLOWED: "its `agui-agent` header names an agent the group does not "
+    "admit (another group's, or one with topics of its own); on an agent's own topics, a "
+    "header naming another agent",
 }
 
 WARNINGS: Mapping[Warn, str] = {
@@ -58,6 +65,12 @@ WARNINGS: Mapping[Warn, str] = {
     "the gateway's own topics; no reply sent",
     Warn.INTERNAL_ERROR: "the gateway itself failed on this event (a defect, logged with its "
     "traceback); the thread's state is left as it was and the partition moves on",
+    Warn.AGENT_MISSING: "an event on a group's topics names no agent (no `agui-agent` "
+    "header); it is dropped, no thread's state changes",
+    Warn.AGENT_NAME_ILLEGAL: "an event's `agui-agent` header is not UTF-8, is over 249 "
+    "characters, or does not match `agent_name_pattern`; the event is dropped",
+    Warn.AGENT_NOT_ALLOWED: "an event names an agent the group does not admit (or, on an "
+    "agent's own topics, another agent); the event is dropped",
 }
 
 RULES: Mapping[Rule, str] = {
