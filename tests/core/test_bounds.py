@@ -56,7 +56,7 @@ OVER_GOAL = {
     "1 MB of messages, big integer in the state",
     # Malformed floods whose own validation is most of their cost (the validator building
     # 77,000 errors: 44 ms of the 70): the errors past the 50 listed are counted, not read,
-    # but the validation that finds them all is not avoided (notes/hostile.md). Each cost
+    # but the validation that finds them all is not avoided (docs/concepts/limits.md). Each cost
     # 30 to 90 units before: their guard catches that.
     "1 MB of messages, every field a number",
     "1 MB of tool messages, every field a number",
