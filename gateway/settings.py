@@ -300,6 +300,17 @@ class Settings(BaseSettings):
     """Largest request body accepted; beyond it 413."""
     edge_cors_origins: list[str] = []
     """Origins allowed by CORS, e.g. ["https://app.example"]; ["*"] allows any."""
+    edge_header_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest wait for a request's headers, from the connection's opening (or the end of
+    its previous response) to their last byte; then 408 (if part of a request came) and
+    the connection is closed. Bounds clients that send their headers slowly."""
+    edge_body_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest wait for a request's body, from its headers to its last byte; then 408 and
+    the connection is closed."""
+    edge_max_connections: int = Field(default=12_000, ge=1)
+    """Open HTTP connections per edge (requests being read, event streams, idle keep-alive
+    ones); a connection accepted beyond it is answered 503 and closed at once. Keep it
+    above edge_max_streams, and the process's open-file limit above it."""
 
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod
