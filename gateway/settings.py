@@ -11,14 +11,17 @@ import os
 import re
 import socket
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Secret,
+    SecretBytes,
     SecretStr,
     ValidationError,
     field_validator,
@@ -321,6 +324,17 @@ class Settings(BaseSettings):
     """Largest request body accepted; beyond it 413."""
     edge_cors_origins: list[str] = []
     """Origins allowed by CORS, e.g. ["https://app.example"]; ["*"] allows any."""
+    edge_header_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest wait for a request's headers, from the connection's opening (or the end of
+    its previous response) to their last byte; then 408 (if part of a request came) and
+    the connection is closed. Bounds clients that send their headers slowly."""
+    edge_body_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest wait for a request's body, from its headers to its last byte; then 408 and
+    the connection is closed."""
+    edge_max_connections: int = Field(default=12_000, ge=1)
+    """Open HTTP connections per edge (requests being read, event streams, idle keep-alive
+    ones); a connection accepted beyond it is answered 503 and closed at once. Keep it
+    above edge_max_streams, and the process's open-file limit above it."""
 
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod
@@ -522,10 +536,15 @@ def unknown_environment(model: type[BaseSettings] = Settings, environ: Any = Non
     )
 
 
-def error_lines(exc: ValidationError) -> list[str]:
+def error_lines(exc: ValidationError, model: type[BaseModel] = Settings) -> list[str]:
     """One line per invalid setting, naming where it came from: its environment variable,
-    or the settings file and key."""
-    envs = {dotted: env for dotted, env, _, _ in setting_fields()}
+    or the settings file and key.
+
+    A line shows the value it got only when nothing at that place can be a secret (a
+    `SecretStr` anywhere in its type, as the model's annotations say): a password written
+    as a number, a header given as a list, or a whole block that holds a secret is named,
+    never shown; nor is a message that would repeat a secret's value."""
+    envs = {dotted: env for dotted, env, _, _ in setting_fields(model)}
     file_name = os.environ.get(CONFIG_FILE_ENV)
     in_file: dict[str, Any] = {}
     if file_name:
@@ -550,9 +569,111 @@ def error_lines(exc: ValidationError) -> list[str]:
         if error["type"] == "extra_forbidden":
             lines.append(f"{where}: no such setting")
             continue
-        got = f" (got {error['input']!r})" if error["type"] != "missing" else ""
-        lines.append(f"{where}: {error['msg']}{got}")
+        annotation = _annotation_at(model, error["loc"])
+        if not _may_hold_secret(annotation):
+            got = f" (got {error['input']!r})" if error["type"] != "missing" else ""
+            lines.append(f"{where}: {error['msg']}{got}")
+            continue
+        message = error["msg"]
+        if any(secret in message for secret in _secret_texts(annotation, error["input"])):
+            message = "invalid value"
+        lines.append(f"{where}: {message} (value not shown: it may hold a secret)")
     return lines
+
+
+_SECRET_TYPES = (SecretStr, SecretBytes, Secret)
+
+
+def _is_secret_type(annotation: Any) -> bool:
+    target = get_origin(annotation) or annotation
+    return isinstance(target, type) and issubclass(target, _SECRET_TYPES)
+
+
+def _may_hold_secret(annotation: Any, seen: frozenset[type] = frozenset()) -> bool:
+    """Whether a value of this type is, or contains, a secret (by the annotations)."""
+    if _is_secret_type(annotation):
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if annotation in seen:
+            return False
+        return any(
+            _may_hold_secret(field.annotation, seen | {annotation})
+            for field in annotation.model_fields.values()
+        )
+    if annotation is Any:
+        return True  # anything could be in it: a secret too
+    return any(_may_hold_secret(arg, seen) for arg in get_args(annotation))
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    """The types a union (an optional included) may hold; the type itself otherwise."""
+    if get_origin(annotation) in (Union, UnionType):
+        return tuple(arg for arg in get_args(annotation) if arg is not type(None))
+    return (annotation,)
+
+
+def _annotation_at(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
+    """The type of what sits at an error's location (field names, dict keys, indices);
+    where the path cannot be followed (a union's tag, say), the type it could be
+    followed to, which holds whatever sits below it."""
+    annotation: Any = model
+    for part in loc:
+        members = _members(annotation)
+        if len(members) != 1:
+            return annotation
+        (current,) = members
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part)) or next(
+                (f for f in current.model_fields.values() if f.alias == part), None
+            )
+            if field is None:
+                return current
+            annotation = field.annotation
+            continue
+        origin, args = get_origin(current), get_args(current)
+        if origin in (dict, Mapping) and len(args) == 2:
+            annotation = args[1]
+        elif origin in (list, set, frozenset, Sequence) and args:
+            annotation = args[0]
+        elif origin is tuple and args:
+            annotation = args[0] if len(args) == 2 and args[1] is Ellipsis else Union[args]  # noqa: UP007
+        else:
+            return current
+    return annotation
+
+
+def _secret_texts(annotation: Any, value: Any) -> list[str]:
+    """The text of every secret in `value`, a value given for `annotation`."""
+    if _is_secret_type(annotation) or annotation is Any:
+        return _leaf_texts(value)
+    texts: list[str] = []
+    for member in _members(annotation):
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            if isinstance(value, dict):
+                for name, field in member.model_fields.items():
+                    for key in {name, field.alias or name}:
+                        if key in value:
+                            texts += _secret_texts(field.annotation, value[key])
+            continue
+        origin, args = get_origin(member), get_args(member)
+        if origin in (dict, Mapping) and len(args) == 2 and isinstance(value, dict):
+            for item in value.values():
+                texts += _secret_texts(args[1], item)
+        elif args and isinstance(value, list | tuple | set | frozenset):
+            for item in value:
+                texts += _secret_texts(Union[args], item)  # noqa: UP007
+        elif _may_hold_secret(member) and member is not annotation:
+            texts += _secret_texts(member, value)
+    return texts
+
+
+def _leaf_texts(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [text for v in (*value.keys(), *value.values()) for text in _leaf_texts(v)]
+    if isinstance(value, list | tuple | set | frozenset):
+        return [text for v in value for text in _leaf_texts(v)]
+    text = value.get_secret_value() if isinstance(value, _SECRET_TYPES) else value
+    return [str(text)] if str(text) else []
 
 
 def _in_file(data: Any, loc: tuple[Any, ...]) -> bool:

@@ -24,3 +24,18 @@ def test_run_help_lists_every_setting_with_its_variable_default_and_meaning(caps
     for _, env, default, description in fields:
         shown = "none" if default is None else str(default)
         assert f"  {env} (default: {shown})\n      {description}\n" in text + "\n"
+
+
+@pytest.mark.parametrize("command", [["topics", "create", "--agent", "a"], ["run"], ["edge"]])
+def test_a_password_written_as_a_number_is_not_echoed(command, monkeypatch, tmp_path, capsys):
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        "sasl_plain_password = 1786483309117\n"
+        '[bridge_default]\nurl = "http://a/"\nheaders = { Authorization = 4242424242 }\n'
+    )
+    monkeypatch.setenv("AGUI_GATEWAY_CONFIG_FILE", str(path))
+    assert cli.main(command) == 2
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert "sasl_plain_password" in shown and "bridge_default.headers.Authorization" in shown
+    assert "1786483309117" not in shown and "4242424242" not in shown

@@ -240,3 +240,167 @@ def test_group_names_and_patterns_are_checked():
         Settings(groups={"g": {"agent_pattern": "("}})
     with pytest.raises(ValidationError):
         Settings(groups={"g": {"partitions": 0}})
+
+
+# --- secrets never in a settings error ------------------------------------------------
+
+import json  # noqa: E402
+from typing import Any, get_args, get_origin  # noqa: E402
+
+from pydantic import SecretStr, field_validator  # noqa: E402
+
+NUMBER_SECRET = 1786483309117
+TEXT_SECRET = "s3cret-7731-marker"
+
+
+def _planted(annotation: Any) -> list[Any]:
+    """Values for `annotation` with a wrongly typed secret (a number, a list, a table) at
+    each place the type holds a SecretStr; found from the annotations, so a secret a new
+    setting adds is covered too."""
+    if annotation is SecretStr:
+        return [NUMBER_SECRET, [TEXT_SECRET], {"k": TEXT_SECRET}, 3.5e12]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [
+            {name: value}
+            for name, field in annotation.model_fields.items()
+            for value in _planted(field.annotation)
+        ]
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is dict:
+        return [{"key": value} for value in _planted(args[1])]
+    if origin is list:
+        return [[value] for value in _planted(args[0])]
+    return [value for arg in args for value in _planted(arg)]  # a union, an optional
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    return (annotation, *get_args(annotation))
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+class _Vault(BaseModel):
+    role: str = "r"
+    """A role."""
+    tokens: list[SecretStr] = []
+    """Tokens."""
+
+
+class _FutureSettings(Settings):
+    """Settings as a later version might have them: secrets in new places."""
+
+    api_token: SecretStr | None = None
+    """An API token."""
+    vaults: dict[str, _Vault] = {}
+    """Vaults."""
+    vault: _Vault | None = None
+    """A vault."""
+
+
+def _secret_cases(model: type[Settings]) -> list[tuple[str, Any, bool]]:
+    """(setting, value, whether the environment can carry it as JSON)."""
+    cases = [
+        (name, value, isinstance(value, dict | list) and SecretStr not in _members(annotation))
+        for name, field in model.model_fields.items()
+        for annotation in [field.annotation]
+        for value in _planted(annotation)
+    ]
+    assert cases, "no secret found in the settings"
+    return cases
+
+
+@pytest.mark.parametrize("model", [Settings, _FutureSettings])
+def test_no_secret_is_shown_in_a_settings_error(monkeypatch, tmp_path, model):
+    names = {name for name, _, _ in _secret_cases(model)}
+    if model is Settings:  # today's secrets, found from the annotations
+        assert names == {"sasl_plain_password", "ssl_password", "bridge_agents", "bridge_default"}
+    else:
+        assert {"api_token", "vaults", "vault"} <= names
+    for name, value, as_json in _secret_cases(model):
+        sources = [("file", _toml(value))]
+        if as_json:  # a structured setting: JSON in the environment
+            sources.append(("env", json.dumps(value)))
+        for source, text in sources:
+            monkeypatch.delenv(CONFIG_FILE_ENV, raising=False)
+            monkeypatch.delenv(f"AGUI_GATEWAY_{name.upper()}", raising=False)
+            if source == "file":
+                path = tmp_path / "gateway.toml"
+                path.write_text(f"{name} = {text}\n")
+                monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+            else:
+                monkeypatch.setenv(f"AGUI_GATEWAY_{name.upper()}", text)
+            with pytest.raises(ValidationError) as raised:
+                model()
+            lines = error_lines(raised.value, model)
+            shown = "\n".join(lines)
+            assert any(line.startswith(name) for line in lines), (name, source, shown)
+            for secret in (str(NUMBER_SECRET), TEXT_SECRET, "3500000000000"):
+                assert secret not in shown, (name, source, text, shown)
+
+
+def test_a_valid_secret_is_not_shown_with_an_error_elsewhere(monkeypatch):
+    monkeypatch.setenv("AGUI_GATEWAY_SASL_PLAIN_PASSWORD", TEXT_SECRET)
+    monkeypatch.setenv(
+        "AGUI_GATEWAY_BRIDGE_DEFAULT",
+        json.dumps({"url": "http://a/", "headers": {"Authorization": TEXT_SECRET + "-h"}}),
+    )
+    monkeypatch.setenv("AGUI_GATEWAY_GROUPS", '{"bad name": {}}')  # a whole-settings error
+    with pytest.raises(ValidationError) as raised:
+        Settings()
+    (line,) = error_lines(raised.value)
+    assert "group name 'bad name' does not match agent_name_pattern" in line
+    assert TEXT_SECRET not in line
+
+
+def test_what_cannot_be_a_secret_is_still_shown(monkeypatch):
+    monkeypatch.setenv("AGUI_GATEWAY_BRIDGE_DEFAULT", '{"url": 5}')
+    with pytest.raises(ValidationError) as raised:
+        Settings()
+    assert error_lines(raised.value) == [
+        "bridge_default.url (env AGUI_GATEWAY_BRIDGE_DEFAULT): "
+        "Input should be a valid string (got 5)"
+    ]
+
+
+def test_a_message_repeating_a_secret_is_not_shown(monkeypatch):
+    class Echoing(Settings):
+        api_token: SecretStr | None = None
+        """An API token."""
+
+        @field_validator("api_token")
+        @classmethod
+        def _echo(cls, value: SecretStr | None) -> SecretStr | None:
+            if value is not None:
+                raise ValueError(f"token {value.get_secret_value()} is revoked")
+            return value
+
+    monkeypatch.setenv("AGUI_GATEWAY_API_TOKEN", TEXT_SECRET)
+    with pytest.raises(ValidationError) as raised:
+        Echoing()
+    assert error_lines(raised.value, Echoing) == [
+        "api_token (env AGUI_GATEWAY_API_TOKEN): invalid value "
+        "(value not shown: it may hold a secret)"
+    ]
+
+
+def test_masked_hides_every_secret_nested_ones_and_new_ones_included():
+    agent = {"url": "http://a/", "headers": {"Authorization": TEXT_SECRET}}
+    vault = {"tokens": [TEXT_SECRET]}
+    s = _FutureSettings(
+        sasl_plain_password=TEXT_SECRET,
+        ssl_password=TEXT_SECRET,
+        bridge_agents={"a": agent},
+        bridge_default=agent,
+        api_token=TEXT_SECRET,
+        vaults={"v": vault},
+        vault=vault,
+    )
+    assert s.vault is not None and s.vault.tokens[0].get_secret_value() == TEXT_SECRET
+    for shown in (json.dumps(s.masked()), repr(s), str(s)):
+        assert TEXT_SECRET not in shown

@@ -2,8 +2,14 @@
 
 The shapes follow what the gateway writes (README, "Records"): a reply is the
 rejection record on `reject`; on `forward` the envelope with its warnings; on
-`duplicate` the envelope alone. Codes are the gateway's public enums. Members
-the gateway may add later are kept (`extra="allow"`), never an error.
+`duplicate` the envelope alone. Members the gateway may add later are kept
+(`extra="allow"`), never an error.
+
+Codes are the gateway's public enums (`Reason`, `Warn`, `Rule`), and a newer gateway
+may add codes: a reason, warning or rule code this client does not know is kept as
+its plain string (a known one is always the enum member), so a reply is never
+unreadable for a code alone. Compare codes with `==` (`code == Reason.RUN_ACTIVE`),
+and treat a code that is no member as "some other reason".
 """
 
 from __future__ import annotations
@@ -25,15 +31,21 @@ class Finding(_Record):
     detail: str = ""
     interrupt_id: str | None = Field(default=None, alias="interruptId")
     path: str | None = None
-    rule: Rule | str | None = None  # a protocol_violation's rule; unknown rules kept as text
+    # Codes: the enum member when known, else the string as sent. Tried left to right: a
+    # plain (smart) `Enum | str` union would pick str for every code, known ones too.
+    rule: Rule | str | None = Field(default=None, union_mode="left_to_right")
+    """A protocol_violation's rule: a `Rule`, or the rule as sent when this client does not
+    know it."""
 
 
 class RejectionReason(Finding):
-    code: Reason
+    code: Reason | str = Field(union_mode="left_to_right")
+    """A `Reason`, or the code as sent when this client does not know it."""
 
 
 class GatewayWarning(Finding):
-    code: Warn
+    code: Warn | str = Field(union_mode="left_to_right")
+    """A `Warn`, or the code as sent when this client does not know it."""
 
 
 class _Envelope(_Record):
@@ -66,7 +78,8 @@ class RejectReply(_Envelope):
     input_omitted: str | None = Field(default=None, alias="inputOmitted")
     source: dict[str, Any] | None = None
 
-    def codes(self) -> list[Reason]:
+    def codes(self) -> list[Reason | str]:
+        """The reasons' codes: `Reason` members, and unknown codes as their strings."""
         return [reason.code for reason in self.reasons]
 
 

@@ -9,6 +9,7 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from gateway.edge.app import Edge
+from gateway.edge.guard import guarded_protocol
 from gateway.kafka import clients
 from gateway.observe import logs
 from gateway.settings import Settings
@@ -29,10 +30,30 @@ async def serve(settings: Settings) -> bool:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=5,
+        # h11 with the header deadline and the connection cap (gateway.edge.guard)
+        http=guarded_protocol(
+            settings.edge_header_timeout_s, settings.edge_max_connections, edge.metrics
+        ),
     )
+    _check_open_file_limit(settings.edge_max_connections)
     server = uvicorn.Server(config)
     await server.serve()
     return bool(server.started)
+
+
+def _check_open_file_limit(max_connections: int) -> None:
+    """Warn when the process may not open edge_max_connections: past its open-file limit
+    new connections fail to be accepted (uvicorn logs and retries) rather than get 503."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = max_connections + 256  # Kafka connections, files, the listening socket
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning(
+            f"the open-file limit ({soft}) is below edge_max_connections "
+            f"({max_connections}) plus headroom: raise it (ulimit -n {needed}) "
+            "or lower edge_max_connections"
+        )
 
 
 def main(settings: Settings) -> int:

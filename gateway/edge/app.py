@@ -8,11 +8,14 @@ by the gateway's verdict (README, "Calling agents through the gateway"):
 - reject, or malformed before publishing: 422, the rejection record as JSON;
 - duplicate: 409, the duplicate reply (no new run follows it);
 - no verdict within `edge_verdict_timeout_s`: 504; an unknown agent: 404;
-  a body over `edge_max_body_bytes`: 413; `edge_max_streams` open: 503.
+  a body over `edge_max_body_bytes`: 413; `edge_max_streams` open: 503;
+- a body not read whole within `edge_body_timeout_s` of the headers: 408, and the
+  connection is closed (the headers' deadline and the connection cap: `guard.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -40,6 +43,7 @@ from gateway.client import (
 from gateway.client.replies import ForwardReply
 from gateway.codec import jsonio
 from gateway.core.codes import Reason, Verdict
+from gateway.edge.guard import BODY_TIMEOUT
 from gateway.edge.metrics import NO_VERDICT, EdgeMetrics
 from gateway.edge.stream import run_frames
 from gateway.kafka import clients
@@ -76,7 +80,21 @@ class Edge:
     async def run_agent(self, request: Request) -> Response:
         agent = request.path_params["agent"]
         try:
-            body = await _read_body(request, self.settings.edge_max_body_bytes)
+            async with asyncio.timeout(self.settings.edge_body_timeout_s):
+                body = await _read_body(request, self.settings.edge_max_body_bytes)
+        except TimeoutError:
+            self.metrics.connections_closed.labels(BODY_TIMEOUT).inc()
+            response = self._answer(
+                NO_VERDICT,
+                408,
+                {
+                    "error": "request_timeout",
+                    "detail": f"the body did not arrive within "
+                    f"{self.settings.edge_body_timeout_s:g} s",
+                },
+            )
+            response.headers["Connection"] = "close"
+            return response
         except _TooLarge:
             record = _pre_publish_rejection(
                 agent,

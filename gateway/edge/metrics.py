@@ -11,7 +11,9 @@ PREFIX = "agui_gateway_edge_"
 # What a request's outcome is labelled when the gateway gave no verdict.
 NO_VERDICT = "none"
 VERDICTS = ("forward", "reject", "duplicate", NO_VERDICT)
-STATUSES = ("200", "404", "409", "413", "415", "422", "503", "504")
+STATUSES = ("200", "404", "408", "409", "413", "415", "422", "503", "504")
+# Why the edge closed a connection itself (guard.py, and a body too slow in app.py).
+CLOSE_REASONS = ("too_many_connections", "header_timeout", "body_timeout")
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -46,6 +48,21 @@ class EdgeMetrics:
             buckets=SECONDS_BUCKETS,
             registry=registry,
         )
+        self.open_connections = Gauge(
+            PREFIX + "open_connections",
+            "HTTP connections open now (requests being read, streams, idle keep-alive)",
+            registry=registry,
+        )
+        self.connections_closed = Counter(
+            PREFIX + "connections_closed_total",
+            "connections the edge closed itself: too_many_connections (over "
+            "edge_max_connections, answered 503), header_timeout (no whole request within "
+            "edge_header_timeout_s), body_timeout (a body not read within edge_body_timeout_s)",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in CLOSE_REASONS:
+            self.connections_closed.labels(reason)
         self.streams = 0  # what open_streams shows, readable without the registry
         for verdict in VERDICTS:
             for status in STATUSES:

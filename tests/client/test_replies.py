@@ -6,7 +6,13 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from gateway.client import DuplicateReply, ForwardReply, RejectReply, parse_reply
+from gateway.client import (
+    DuplicateReply,
+    ForwardReply,
+    RejectReply,
+    RequestRejected,
+    parse_reply,
+)
 from gateway.core.codes import Reason, Rule, Verdict, Warn
 
 ENVELOPE = {"agent": "support", "threadId": "t-1", "runId": "run-2", "correlationId": "c-9"}
@@ -81,11 +87,53 @@ def test_duplicate() -> None:
     assert isinstance(reply, DuplicateReply) and reply.run_id == "run-2"
 
 
+def newer_gateways_rejection() -> dict:
+    """A rejection from a newer gateway: a reason, a warning and a rule this client lacks."""
+    return {
+        "verdict": "reject",
+        **ENVELOPE,
+        "reasons": [
+            {"code": "uncovered_interrupt", "detail": "d", "interruptId": "ask"},
+            {"code": "quota_exceeded", "detail": "a reason added later"},
+        ],
+        "warnings": [
+            {"code": "protocol_violation", "detail": "d", "rule": "first_event"},
+            {"code": "clock_skew", "detail": "a warning added later", "rule": "late_rule"},
+        ],
+        "input": {"threadId": "t-1", "runId": "run-2", "messages": []},
+        "at": AT,
+    }
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_codes_a_newer_gateway_added_are_kept_as_strings(as_bytes: bool) -> None:
+    record = newer_gateways_rejection()
+    reply = parse_reply(orjson.dumps(record) if as_bytes else record)
+    assert isinstance(reply, RejectReply)
+    known, unknown = reply.codes()
+    assert known is Reason.UNCOVERED_INTERRUPT  # a known code is still the enum member
+    assert (type(unknown), unknown) == (str, "quota_exceeded")
+    assert reply.reasons[1].detail == "a reason added later"
+    codes = [(w.code, w.rule) for w in reply.warnings]
+    assert codes == [(Warn.PROTOCOL_VIOLATION, Rule.FIRST_EVENT), ("clock_skew", "late_rule")]
+    assert type(reply.warnings[0].code) is Warn and type(reply.warnings[0].rule) is Rule
+    assert type(reply.warnings[1].code) is str and type(reply.warnings[1].rule) is str
+    # written back as received: nothing lost
+    assert reply.model_dump(mode="json", by_alias=True, exclude_unset=True) == record
+    assert "quota_exceeded" in str(RequestRejected(reply))
+
+    forward = parse_reply(
+        {"verdict": "forward", **ENVELOPE, "warnings": record["warnings"][1:], "at": AT}
+    )
+    assert isinstance(forward, ForwardReply) and forward.warnings[0].code == "clock_skew"
+
+
 @pytest.mark.parametrize(
     "record",
     [
         {"verdict": "maybe", **ENVELOPE, "at": AT},
-        {"verdict": "reject", **ENVELOPE, "at": AT, "reasons": [{"code": "no_such_code"}]},
+        {"verdict": "reject", **ENVELOPE, "at": AT, "reasons": [{"code": 7}]},
+        {"verdict": "reject", **ENVELOPE, "at": AT, "reasons": [{"detail": "no code"}]},
         {"verdict": "forward", "at": AT},
     ],
 )
