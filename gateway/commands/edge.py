@@ -9,7 +9,7 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from gateway.edge.app import Edge
-from gateway.kafka import clients
+from gateway.kafka.wire import clients
 from gateway.observe import logs
 from gateway.settings import Settings
 
