@@ -34,11 +34,11 @@ from prometheus_client import CollectorRegistry
 
 from bench.broker import REPO_ROOT, Admin
 from gateway.commands import collector
-from gateway.kafka.assignment import Assignment
-from gateway.kafka.round import Round
+from gateway.kafka.assign.assignment import Assignment
+from gateway.kafka.pairs.round import Round
+from gateway.kafka.pairs.slot import PairKey, PairSlot
 from gateway.kafka.runner import Gateway
-from gateway.kafka.slot import PairKey, PairSlot
-from gateway.kafka.topics import agent_topic_layout
+from gateway.kafka.wire.topics import agent_topic_layout
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 

@@ -20,23 +20,23 @@ from typing import Any
 import pytest
 
 import gateway
-from gateway.core.bytecache import ByteLRU
+from gateway.core.values.bytecache import ByteLRU
 from tests.kafka.test_pair import make_pair
 from tests.kafka.traffic import Traffic
 
 # name -> its bound: ("lru", maxsize), ("bytes", budget), ("finite", what it is keyed by)
 LISTED: dict[str, tuple[str, Any]] = {
     "gateway.codec.changelog.schema": ("finite", "format version"),
-    "gateway.core.input_schema.schema": ("finite", "no arguments"),
-    "gateway.core.input_schema.validator": ("finite", "no arguments"),
-    "gateway.core.input_schema.lenient": ("finite", "no arguments"),
-    "gateway.core.input_schema.walker": ("finite", "no arguments"),
-    "gateway.core.strip._nested_fields": ("finite", "model class"),
-    "gateway.core.extras._root": ("finite", "model class"),
-    "gateway.core.extras._SPECS": ("finite", "model nodes of the models `_root` read"),
-    "gateway.kafka.shaping.iso": ("lru", 1024),
-    "gateway.core.response_schema._by_text": ("bytes", 16 * 1024 * 1024),
-    "gateway.core.expiry._cache": ("bytes", 1024 * 1024),
+    "gateway.core.reading.input_schema.schema": ("finite", "no arguments"),
+    "gateway.core.reading.input_schema.validator": ("finite", "no arguments"),
+    "gateway.core.reading.input_schema.lenient": ("finite", "no arguments"),
+    "gateway.core.reading.input_schema.walker": ("finite", "no arguments"),
+    "gateway.core.reading.strip._nested_fields": ("finite", "model class"),
+    "gateway.core.reading.extras._root": ("finite", "model class"),
+    "gateway.core.reading.extras._SPECS": ("finite", "model nodes of the models `_root` read"),
+    "gateway.kafka.pairs.shaping.iso": ("lru", 1024),
+    "gateway.core.reading.response_schema._by_text": ("bytes", 16 * 1024 * 1024),
+    "gateway.core.reading.expiry._cache": ("bytes", 1024 * 1024),
 }
 FINITE_MOST = 64  # entries a cache keyed by something finite may hold after traffic
 COMMENT_WORDS = ("bounded", "keyed by", "no arguments")

@@ -7,7 +7,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from gateway.codec import jsonio
-from gateway.core.codes import Reason, Rule, Warn
+from gateway.core.values.codes import Reason, Rule, Warn
 from tests.kafka.test_pair import BINARY_ID, Feed, answer, interrupted, make_pair, started
 from tests.record_schemas import KINDS, check, load
 

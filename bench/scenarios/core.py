@@ -29,7 +29,7 @@ from bench.report import Figure, figure
 from bench.workload import DELTA_TYPES, DecisionWorkload, EventShape, EventStream
 from gateway.codec.records import TIMESTAMP_LOG_APPEND, InRecord
 from gateway.core import Policy, ThreadState, apply_event, judge
-from gateway.kafka.pair import PartitionPair
+from gateway.kafka.pairs.pair import PartitionPair
 from gateway.kafka.runner import Gateway
 from gateway.observe.metrics import Metrics
 

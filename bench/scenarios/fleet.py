@@ -57,8 +57,8 @@ from bench.outside import (
 from bench.report import Figure, figure, percentile
 from bench.scenarios.latency import REQUESTS_PER_THREAD, _cpu_seconds
 from bench.workload import EXPECTED, DecisionWorkload, Request
-from gateway.kafka.clients import know_topics
-from gateway.kafka.topics import agent_topic_layout
+from gateway.kafka.wire.clients import know_topics
+from gateway.kafka.wire.topics import agent_topic_layout
 from gateway.settings import Settings
 
 PARTITIONS = 4

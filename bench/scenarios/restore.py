@@ -36,10 +36,10 @@ from bench.gatewayrun import AGENT, Names, make_settings
 from bench.report import Figure, best, figure
 from bench.workload import Ids, idle_thread_events, interrupted_thread_events, iso, partition_for
 from gateway.core import ThreadState, apply_event
-from gateway.kafka.pair import PartitionPair
-from gateway.kafka.restore import Restorer
+from gateway.kafka.assign.restore import Restorer
+from gateway.kafka.pairs.pair import PartitionPair
 from gateway.kafka.runner import Gateway
-from gateway.kafka.topics import changelog_configs
+from gateway.kafka.wire.topics import changelog_configs
 from gateway.observe.metrics import Metrics
 
 

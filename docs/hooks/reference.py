@@ -132,8 +132,8 @@ def settings() -> str:
 
 
 def code_tables() -> dict[str, tuple[type[Enum], dict[Any, str]]]:
-    from gateway.core import meanings
-    from gateway.core.codes import Reason, Rule, Verdict, Warn
+    from gateway.core.values import meanings
+    from gateway.core.values.codes import Reason, Rule, Verdict, Warn
 
     return {
         "verdict": (Verdict, dict(meanings.VERDICTS)),
@@ -155,7 +155,7 @@ def undocumented_codes() -> list[str]:
 
 
 def codes() -> str:
-    """A table per enum of `gateway/core/codes.py`, every member with its meaning."""
+    """A table per enum of `gateway/core/values/codes.py`, every member with its meaning."""
     _missing("codes", undocumented_codes())
     parts = []
     for title, (enum, table) in code_tables().items():

@@ -26,9 +26,9 @@ from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.outbox import Outbox
 from gateway.bridge.partition import AgentEndpoint, PartitionRuns
 from gateway.codec.records import HEADER_CORRELATION_ID
-from gateway.kafka import clients
-from gateway.kafka.brokerwatch import BrokerWatch
-from gateway.kafka.topics import changelog_configs, ensure_topics
+from gateway.kafka.wire import clients
+from gateway.kafka.wire.brokerwatch import BrokerWatch
+from gateway.kafka.wire.topics import changelog_configs, ensure_topics
 from gateway.settings import BridgeAgent, Settings
 
 log = logging.getLogger("gateway.bridge")

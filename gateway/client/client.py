@@ -41,7 +41,7 @@ from gateway.client.replies import DuplicateReply, ForwardReply, RejectReply
 from gateway.client.runs import RunEvent, RunTap, RunWatch
 from gateway.codec import jsonio
 from gateway.codec.records import HEADER_CORRELATION_ID, HEADER_REPLY_TO
-from gateway.kafka import clients
+from gateway.kafka.wire import clients
 from gateway.settings import Settings
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(Event)

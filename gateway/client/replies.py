@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from gateway.core.codes import Reason, Rule, Verdict, Warn
+from gateway.core.values.codes import Reason, Rule, Verdict, Warn
 
 
 class _Record(BaseModel):

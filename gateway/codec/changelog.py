@@ -28,8 +28,8 @@ import ormsgpack
 from fastavro import parse_schema, schemaless_reader
 
 from gateway.codec import jsonio
-from gateway.core import response_schema
-from gateway.core.thread import (
+from gateway.core.reading import response_schema
+from gateway.core.values.thread import (
     ForwardRecord,
     InterruptRecord,
     RunStatus,

@@ -20,7 +20,7 @@ two readings of its own:
   parser; the gateway takes none, so that it cannot read a record one way on
   one path and another way on another.
 
-Writing goes through `gateway.core.jsontext`, which writes any value read here;
+Writing goes through `gateway.core.values.jsontext`, which writes any value read here;
 `verbatim` marks bytes to be written as they are (a number token, a whole input).
 """
 
@@ -33,8 +33,8 @@ from typing import Any
 
 import orjson
 
-from gateway.core.jsontext import to_json
-from gateway.core.shape import remove_paths
+from gateway.core.reading.shape import remove_paths
+from gateway.core.values.jsontext import to_json
 
 JSONDecodeError = orjson.JSONDecodeError
 verbatim = orjson.Fragment

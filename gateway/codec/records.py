@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.codec import jsonio
-from gateway.core.classify import KNOWN_TYPES, EventKind, classify
-from gateway.core.codes import Reason, Verdict
-from gateway.core.decision import Decision
-from gateway.core.findings import Finding
+from gateway.core.events.classify import KNOWN_TYPES, EventKind, classify
+from gateway.core.values.codes import Reason, Verdict
+from gateway.core.values.decision import Decision
+from gateway.core.values.findings import Finding
 
 TIMESTAMP_LOG_APPEND = 1
 # Every record the gateway writes stays under the producer's and the broker's default

@@ -7,8 +7,8 @@ import sys
 
 from aiokafka.errors import KafkaError
 
-from gateway.kafka import clients
-from gateway.kafka.acls import apply, gateway_acls, group_acls, kafka_acls_commands, overlaps
+from gateway.kafka.wire import clients
+from gateway.kafka.wire.acls import apply, gateway_acls, group_acls, kafka_acls_commands, overlaps
 from gateway.settings import Settings
 
 

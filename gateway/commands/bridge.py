@@ -12,7 +12,7 @@ from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.service import Bridge
 from gateway.commands.lifecycle import run_until_stopped, serving
 from gateway.http import HttpServer
-from gateway.kafka import clients
+from gateway.kafka.wire import clients
 from gateway.observe import logs
 from gateway.settings import Settings
 

@@ -19,8 +19,8 @@ import orjson
 from gateway.codec import jsonio
 from gateway.codec.records import forward_bytes
 from gateway.core import Policy, ThreadState, Verdict, apply_event, judge
-from gateway.core.expiry import iso_micros
-from gateway.core.findings import Finding
+from gateway.core.reading.expiry import iso_micros
+from gateway.core.values.findings import Finding
 
 
 class CheckInputError(Exception):

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.edge.app import Edge
 from gateway.edge.guard import guarded_protocol
-from gateway.kafka import clients
+from gateway.kafka.wire import clients
 from gateway.observe import logs
 from gateway.settings import Settings
 

@@ -23,7 +23,7 @@ from typing import Any
 from aiokafka.errors import KafkaError
 
 from gateway.http import HttpServer
-from gateway.kafka import clients
+from gateway.kafka.wire import clients
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.service")  # the name operators filter on, kept

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from gateway.commands import collector
 from gateway.commands.lifecycle import run_until_stopped, serving
 from gateway.http import HttpServer
-from gateway.kafka import clients
 from gateway.kafka.runner import Gateway
+from gateway.kafka.wire import clients
 from gateway.observe import logs
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings

@@ -10,8 +10,8 @@ import sys
 
 from aiokafka.errors import KafkaError
 
-from gateway.kafka import clients
-from gateway.kafka.topics import agent_topic_layout, ensure_topics
+from gateway.kafka.wire import clients
+from gateway.kafka.wire.topics import agent_topic_layout, ensure_topics
 from gateway.settings import Settings
 
 

@@ -7,13 +7,13 @@ enforces it). Entry points:
 - `judge(state, raw_input, now_ms, policy, thread_id)`: one run request.
 """
 
-from gateway.core.classify import EventKind, classify
-from gateway.core.codes import Reason, Rule, Verdict, Warn
-from gateway.core.decision import Answer, Decision, Policy
-from gateway.core.findings import Finding
-from gateway.core.judge import judge
-from gateway.core.lifecycle import Change, EventOutcome, apply_event
-from gateway.core.thread import InterruptRecord, RunStatus, ThreadState
+from gateway.core.events.classify import EventKind, classify
+from gateway.core.events.lifecycle import Change, EventOutcome, apply_event
+from gateway.core.requests.judge import judge
+from gateway.core.values.codes import Reason, Rule, Verdict, Warn
+from gateway.core.values.decision import Answer, Decision, Policy
+from gateway.core.values.findings import Finding
+from gateway.core.values.thread import InterruptRecord, RunStatus, ThreadState
 
 __all__ = [
     "Answer",

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from gateway.demo import wire
 from gateway.demo.runs import RunPlan, plan_run
 from gateway.demo.stats import DemoStats
-from gateway.kafka.topics import AgentTopics
+from gateway.kafka.wire.topics import AgentTopics
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.demo.agents")

@@ -29,9 +29,9 @@ from gateway.demo.console import Console, Header
 from gateway.demo.stats import DemoStats
 from gateway.demo.wire import DemoSetupError
 from gateway.http import HttpServer
-from gateway.kafka import clients as kafka_clients
 from gateway.kafka.runner import Gateway
-from gateway.kafka.topics import LEGAL_TOPIC, TopicNames, agent_topic_layout, ensure_topics
+from gateway.kafka.wire import clients as kafka_clients
+from gateway.kafka.wire.topics import LEGAL_TOPIC, TopicNames, agent_topic_layout, ensure_topics
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 

@@ -24,7 +24,7 @@ from gateway.codec.records import HEADER_CORRELATION_ID, HEADER_REPLY_TO
 from gateway.demo import wire
 from gateway.demo.scenarios import FORWARD, Interrupted, Send, choose
 from gateway.demo.stats import DemoStats
-from gateway.kafka.topics import AgentTopics
+from gateway.kafka.wire.topics import AgentTopics
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.demo.clients")

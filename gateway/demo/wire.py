@@ -7,7 +7,7 @@ import time
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from gateway.kafka import clients
+from gateway.kafka.wire import clients
 from gateway.settings import Settings
 
 ASSIGN_TIMEOUT_S = 30.0

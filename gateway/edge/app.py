@@ -42,12 +42,12 @@ from gateway.client import (
 )
 from gateway.client.replies import ForwardReply
 from gateway.codec import jsonio
-from gateway.core.codes import Reason, Verdict
+from gateway.core.values.codes import Reason, Verdict
 from gateway.edge.guard import BODY_TIMEOUT
 from gateway.edge.metrics import NO_VERDICT, EdgeMetrics
 from gateway.edge.stream import run_frames
-from gateway.kafka import clients
-from gateway.kafka.brokerwatch import BrokerWatch
+from gateway.kafka.wire import clients
+from gateway.kafka.wire.brokerwatch import BrokerWatch
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.edge")

@@ -34,24 +34,24 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord
 
-from gateway.kafka import clients, fetchsessions, fetchwalk
-from gateway.kafka.agents import layout_for
-from gateway.kafka.assignment import Assignment
-from gateway.kafka.brokerwatch import BrokerWatch
-from gateway.kafka.checkpoint import Checkpoint
-from gateway.kafka.fences import Fences
-from gateway.kafka.instancecheckpoint import InstanceCheckpoint
-from gateway.kafka.lag import read_lag
-from gateway.kafka.pacing import CommitPacing
-from gateway.kafka.pair import PairContext, PartitionPair
-from gateway.kafka.pairassign import pair_assignor
-from gateway.kafka.prepare import Preparer
-from gateway.kafka.replytopics import ReplyTopics
-from gateway.kafka.restore import Restorer
-from gateway.kafka.slot import PairKey, PairSlot
-from gateway.kafka.status import Status
-from gateway.kafka.sweeps import SweepPlan
-from gateway.kafka.topics import TopicNames
+from gateway.kafka.assign.assignment import Assignment
+from gateway.kafka.assign.fences import Fences
+from gateway.kafka.assign.pairassign import pair_assignor
+from gateway.kafka.assign.prepare import Preparer
+from gateway.kafka.assign.restore import Restorer
+from gateway.kafka.assign.status import Status
+from gateway.kafka.exactly_once.checkpoint import Checkpoint
+from gateway.kafka.exactly_once.instancecheckpoint import InstanceCheckpoint
+from gateway.kafka.exactly_once.pacing import CommitPacing
+from gateway.kafka.pairs.agents import layout_for
+from gateway.kafka.pairs.pair import PairContext, PartitionPair
+from gateway.kafka.pairs.slot import PairKey, PairSlot
+from gateway.kafka.pairs.sweeps import SweepPlan
+from gateway.kafka.wire import clients, fetchsessions, fetchwalk
+from gateway.kafka.wire.brokerwatch import BrokerWatch
+from gateway.kafka.wire.lag import read_lag
+from gateway.kafka.wire.replytopics import ReplyTopics
+from gateway.kafka.wire.topics import TopicNames
 from gateway.observe import logs
 from gateway.observe.metrics import Metrics
 from gateway.observe.warnings import WarningLimiter

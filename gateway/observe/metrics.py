@@ -42,7 +42,7 @@ from typing import Generic, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from gateway import __version__
-from gateway.core.classify import KNOWN_TYPES
+from gateway.core.events.classify import KNOWN_TYPES
 from gateway.observe.detail import AgentDetail
 from gateway.observe.gauges import GaugeCollector
 
@@ -296,7 +296,7 @@ class Metrics:
 
     def _prime_detail(self, agent: str | None) -> None:
         """The bounded detail series at zero: one agent's (`full`) or over all agents."""
-        from gateway.core.codes import Reason, Rule, Verdict, Warn
+        from gateway.core.values.codes import Reason, Rule, Verdict, Warn
 
         def prime(family: AgentFamily[Counter], values: Iterable[str]) -> None:
             for value in values:

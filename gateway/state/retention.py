@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.core.expiry import expires_at_ms
-from gateway.core.thread import RunStatus, ThreadState
+from gateway.core.reading.expiry import expires_at_ms
+from gateway.core.values.thread import RunStatus, ThreadState
 
 
 @dataclass(frozen=True, slots=True)

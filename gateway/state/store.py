@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 from gateway.codec import changelog
-from gateway.core.thread import RunStatus, ThreadState
+from gateway.core.values.thread import RunStatus, ThreadState
 
 log = logging.getLogger("gateway.store")
 _DELETED = None

@@ -23,7 +23,7 @@ from gateway.client import (
     UnknownAgent,
     parse_reply,
 )
-from gateway.core.codes import Reason, Verdict, Warn
+from gateway.core.values.codes import Reason, Verdict, Warn
 from gateway.settings import Settings
 from tests.client.simulated_agent import SimulatedAgent
 from tests.integration.support import GatewayProcess, Namespace, collect, produce, values

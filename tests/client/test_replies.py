@@ -13,7 +13,7 @@ from gateway.client import (
     RequestRejected,
     parse_reply,
 )
-from gateway.core.codes import Reason, Rule, Verdict, Warn
+from gateway.core.values.codes import Reason, Rule, Verdict, Warn
 
 ENVELOPE = {"agent": "support", "threadId": "t-1", "runId": "run-2", "correlationId": "c-9"}
 AT = "2026-11-29T22:15:37.112+00:00"

@@ -8,8 +8,8 @@ import pytest
 from fastavro import schemaless_writer
 
 from gateway.codec import changelog, jsonio
-from gateway.core.sweep import answered_ids
-from gateway.core.thread import (
+from gateway.core.requests.sweep import answered_ids
+from gateway.core.values.thread import (
     FORWARDS_KEPT,
     ForwardRecord,
     InterruptRecord,
@@ -178,7 +178,7 @@ def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
     once, with a record key (thread id) of the 8 KiB the service accepts.
     """
     from gateway.core import apply_event, judge
-    from gateway.core.thread import (
+    from gateway.core.values.thread import (
         MAX_ID_BYTES,
         MAX_IDS_PER_SUSPENSION,
         MAX_INTERRUPT_CONTENT_BYTES,
@@ -187,7 +187,7 @@ def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
         MAX_SUSPENDED,
         RunStatus,
     )
-    from gateway.kafka.pair import MAX_KEY_BYTES, MAX_RECORD_BYTES
+    from gateway.kafka.pairs.pair import MAX_KEY_BYTES, MAX_RECORD_BYTES
 
     thread = _long("t", MAX_KEY_BYTES)
     state = None
@@ -311,7 +311,7 @@ def test_a_version_2_schema_is_judged_on_restore_as_when_recorded():
 
 
 def test_restored_threads_with_one_schema_share_its_bytes():
-    from gateway.core import response_schema
+    from gateway.core.reading import response_schema
 
     schema = {"type": "object", "properties": {"shared": {"type": "string"}}}
     kept, _, _ = response_schema.record(schema)  # the cache knows it, as after a first use
@@ -323,7 +323,7 @@ def test_restored_threads_with_one_schema_share_its_bytes():
 
 def test_a_state_keeps_no_schema_tree_only_bytes_within_the_schema_limit():
     from gateway.core import apply_event
-    from gateway.core.response_schema import MAX_SCHEMA_BYTES
+    from gateway.core.reading.response_schema import MAX_SCHEMA_BYTES
 
     state = apply_event(None, "t", {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}, 1)
     interrupts = [

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.codec import jsonio
-from gateway.core.shape import remove_paths
+from gateway.core.reading.shape import remove_paths
 
 
 def nested_text(depth: int, leaf: bytes) -> bytes:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gateway.codec.records import Undecodable, decode_json, stream_type
 from gateway.core import RunStatus, ThreadState, apply_event
-from gateway.core.classify import KNOWN_TYPES, EventKind, classify
+from gateway.core.events.classify import KNOWN_TYPES, EventKind, classify
 
 TYPES = sorted(KNOWN_TYPES) + ["NOT_A_TYPE"]
 KEYS = ["type", "threadId", "runId", "delta", "messageId", "toolCallId", "outcome", "x"]

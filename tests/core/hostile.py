@@ -25,8 +25,9 @@ import orjson
 
 from gateway.codec.records import Undecodable, decode_json, forward_bytes, stream_type
 from gateway.commands import collector
-from gateway.core import Decision, EventOutcome, ThreadState, apply_event, judge, response_schema
-from gateway.core.jsontext import to_json
+from gateway.core import Decision, EventOutcome, ThreadState, apply_event, judge
+from gateway.core.reading import response_schema
+from gateway.core.values.jsontext import to_json
 
 THREAD = "t-hostile"
 

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core import Verdict, Warn, judge
-from gateway.core.jsontext import to_json
-from gateway.core.response_schema import prepare
+from gateway.core.reading.response_schema import prepare
+from gateway.core.values.jsontext import to_json
 from tests.core.hostile import (
     APPROVAL,
     EVENTS,

@@ -6,8 +6,8 @@ import pytest
 from ag_ui.core import EventType
 
 from gateway.core import EventKind, Finding, Reason, Rule, Verdict, Warn, classify
-from gateway.core.classify import is_stateful
-from gateway.core.findings import pointer
+from gateway.core.events.classify import is_stateful
+from gateway.core.values.findings import pointer
 
 
 def test_the_codes_are_the_documented_strings():

@@ -1,5 +1,5 @@
 """An event's unknown members taken out before its models validate it
-(gateway.core.extras) change nothing: over generated lifecycle events with unknown
+(gateway.core.reading.extras) change nothing: over generated lifecycle events with unknown
 members at every level (members named like a field by its Python name too, and
 malformed values), applying the event gives the same state, change and warnings as
 the protocol's models validating the whole event and keeping the members as extras.
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core import apply_event
-from gateway.core import step as step_module
-from gateway.core.extras import without_extras
+from gateway.core.events import step as step_module
+from gateway.core.reading.extras import without_extras
 from tests.core.factories import RUN_1, THREAD, run_started
 
 SETTINGS = settings(
@@ -119,7 +119,7 @@ def test_a_flood_of_unknown_members_is_counted_and_its_first_ones_listed(event, 
     from ag_ui.core import RunFinishedEvent, SubagentFinishedEvent
     from pydantic import ValidationError
 
-    from gateway.core.strip import unknown_members
+    from gateway.core.reading.strip import unknown_members
 
     model = {"RUN_FINISHED": RunFinishedEvent, "SUBAGENT_FINISHED": SubagentFinishedEvent}.get(
         event["type"]

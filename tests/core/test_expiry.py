@@ -1,4 +1,4 @@
-"""Reading `expiresAt` (gateway.core.expiry): ISO 8601, no offset = UTC,
+"""Reading `expiresAt` (gateway.core.reading.expiry): ISO 8601, no offset = UTC,
 now-or-earlier is expired, unreadable is not expired."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from datetime import timedelta, timezone
 
 import pytest
 
-from gateway.core import expiry
-from gateway.core.expiry import Expiry, expires_at_ms, judge
+from gateway.core.reading import expiry
+from gateway.core.reading.expiry import Expiry, expires_at_ms, judge
 from tests.core.factories import NOW, NOW_MS
 
 NOON_MS = 1_748_779_200_000  # 2025-06-01T12:00:00Z
@@ -116,7 +116,7 @@ def test_the_time_is_an_argument():
 
 
 def test_a_time_between_milliseconds_is_not_expired_early():
-    from gateway.core.expiry import Expiry, expires_at_ms, judge
+    from gateway.core.reading.expiry import Expiry, expires_at_ms, judge
 
     assert expires_at_ms("1970-01-01T00:00:00.0005Z") == 1
     assert judge("1970-01-01T00:00:00.0005Z", 0) is Expiry.LIVE

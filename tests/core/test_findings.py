@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.findings import CLIP_CHARS, PREVIEW_CHARS, Finding, clip, pointer, preview
+from gateway.core.values.findings import CLIP_CHARS, PREVIEW_CHARS, Finding, clip, pointer, preview
 
 
 def nested(depth: int, leaf: object = "x", kind: type = list) -> object:

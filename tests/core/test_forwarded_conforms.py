@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from gateway.codec.records import decode_json, forward_bytes
 from gateway.core import Policy, Reason, Verdict, judge
-from gateway.core.jsontext import to_json
+from gateway.core.values.jsontext import to_json
 from tests.core.factories import NOW_MS, RUN_1, THREAD, interrupt, run_started, state_of
 from tests.core.test_shape_paths import WRONG, inputs, perturbed
 
@@ -183,9 +183,11 @@ def test_a_forward_less_unrecognised_resume_entries_is_checked_too(monkeypatch):
     so here: no schema of the protocol constrains the resume list) is rejected."""
     import sys
 
-    from gateway.core.shape import conforms
+    from gateway.core.reading.shape import conforms
 
-    judge_module = sys.modules["gateway.core.judge"]  # (the package exports `judge` itself)
+    judge_module = sys.modules[
+        "gateway.core.requests.judge"
+    ]  # (the package exports `judge` itself)
 
     checked: list[Any] = []
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gateway.core.input_schema import validator, walker
+from gateway.core.reading.input_schema import validator, walker
 from tests.core.factories import entry, run_input
 
 

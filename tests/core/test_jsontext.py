@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.jsontext import to_json
+from gateway.core.values.jsontext import to_json
 
 json_values = st.recursive(
     st.none()

@@ -1,4 +1,4 @@
-"""The resume judge (gateway.core.judge): every reason, every judge warning, the
+"""The resume judge (gateway.core.requests.judge): every reason, every judge warning, the
 duplicate verdict, and NOTES.md "How the gateway reads the consumer's choices"."""
 
 from __future__ import annotations
@@ -7,17 +7,8 @@ import copy
 
 import pytest
 
-from gateway.core import (
-    Policy,
-    Reason,
-    RunStatus,
-    ThreadState,
-    Verdict,
-    Warn,
-    apply_event,
-    judge,
-)
-from gateway.core.thread import FORWARDS_KEPT
+from gateway.core import Policy, Reason, RunStatus, ThreadState, Verdict, Warn, apply_event, judge
+from gateway.core.values.thread import FORWARDS_KEPT
 from tests.core.factories import (
     NOW_MS,
     RUN_1,
@@ -911,7 +902,7 @@ def test_unknown_member_paths_point_into_the_raw_input_after_a_union_strip():
 
 
 def test_thousands_of_stripped_members_are_warned_about_in_bounded_number():
-    from gateway.core.judge import MAX_STRIP_WARNINGS
+    from gateway.core.requests.judge import MAX_STRIP_WARNINGS
 
     raw = run_input()
     raw["messages"] = [

@@ -1,4 +1,4 @@
-"""The thread state machine (gateway.core.lifecycle): NOTES.md, "Open interrupts",
+"""The thread state machine (gateway.core.events.lifecycle): NOTES.md, "Open interrupts",
 and the lifecycle rules each `protocol_violation` warning names."""
 
 from __future__ import annotations
@@ -10,21 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.core import (
-    Change,
-    EventKind,
-    Rule,
-    RunStatus,
-    ThreadState,
-    Warn,
-    apply_event,
-    interrupts,
-    runs,
-    step,
-    subagents,
-)
-from gateway.core import lifecycle as lifecycle_module
-from gateway.core.thread import (
+from gateway.core import Change, EventKind, Rule, RunStatus, ThreadState, Warn, apply_event
+from gateway.core.events import interrupts, runs, step, subagents
+from gateway.core.events import lifecycle as lifecycle_module
+from gateway.core.values.thread import (
     MAX_ID_BYTES,
     MAX_IDS_PER_SUSPENSION,
     MAX_INTERRUPT_CONTENT_BYTES,
@@ -410,7 +399,7 @@ SCENARIOS: dict[str, tuple[list[object], RunStatus, int]] = {
         RunStatus.ACTIVE,
         2,
     ),
-    # bounds on what a thread accumulates (gateway.core.thread)
+    # bounds on what a thread accumulates (gateway.core.values.thread)
     Rule.ID_TOO_LONG: (
         [run_started(), run_finished(interrupts=[interrupt("i" * (MAX_ID_BYTES + 1))])],
         RunStatus.FAILED,

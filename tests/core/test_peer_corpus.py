@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gateway.core import Reason, Rule, RunStatus, ThreadState, Verdict, Warn, apply_event, judge
-from gateway.core.thread import from_dict, to_dict
+from gateway.core.values.thread import from_dict, to_dict
 from tests.core.factories import NOW_MS
 
 FALLBACK_THREAD = "thread_001"

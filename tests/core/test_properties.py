@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core import Finding, Policy, Reason, ThreadState, Verdict, Warn, apply_event, judge
-from gateway.core.thread import from_dict, to_dict
+from gateway.core.values.thread import from_dict, to_dict
 from tests.core.factories import NOW_MS, RUN_1, THREAD, interrupt, iso_at, run_started, state_of
 
 FAST = settings(
@@ -655,8 +655,8 @@ def test_hostile_streams_raise_nothing_and_every_state_survives_the_changelog(
     events, request, capfd
 ):
     from gateway.codec import changelog
-    from gateway.core.sweep import expire_due
-    from gateway.kafka.pair import MAX_RECORD_BYTES
+    from gateway.core.requests.sweep import expire_due
+    from gateway.kafka.pairs.pair import MAX_RECORD_BYTES
 
     def survives(state: ThreadState | None) -> None:
         if state is None:

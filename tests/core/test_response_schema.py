@@ -1,4 +1,4 @@
-"""Checking resolved payloads against `responseSchema` (gateway.core.response_schema)."""
+"""Checking resolved payloads against `responseSchema` (gateway.core.reading.response_schema)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from gateway.core.response_schema import MAX_ERRORS, check, prepare
+from gateway.core.reading.response_schema import MAX_ERRORS, check, prepare
 
 APPROVAL = {
     "type": "object",
@@ -191,7 +191,7 @@ def test_a_shared_subschema_is_sized_once_per_reference():
 
 
 def test_the_verdict_on_a_schema_is_cached_and_the_cache_is_bounded_by_bytes():
-    from gateway.core import response_schema
+    from gateway.core.reading import response_schema
 
     schema = {"enum": ["y" * 60_000]}
     first = prepare(schema)
@@ -226,7 +226,8 @@ def test_a_payload_over_the_checking_budget_is_not_checked():
 
 
 def test_the_verdict_is_decided_when_the_interrupt_is_recorded_not_on_first_use():
-    from gateway.core import apply_event, judge, response_schema
+    from gateway.core import apply_event, judge
+    from gateway.core.reading import response_schema
 
     response_schema._by_text.clear()
     schema = {"type": "object", "properties": {"recorded": {"type": "integer"}}}
@@ -262,7 +263,8 @@ def test_the_verdict_is_decided_when_the_interrupt_is_recorded_not_on_first_use(
 
 
 def test_one_run_judges_at_most_its_schema_budget_anew():
-    from gateway.core import apply_event, response_schema
+    from gateway.core import apply_event
+    from gateway.core.reading import response_schema
 
     response_schema._by_text.clear()
 

@@ -1,4 +1,4 @@
-"""Reading a RunAgentInput (gateway.core.shape): unknown versus malformed, and
+"""Reading a RunAgentInput (gateway.core.reading.shape): unknown versus malformed, and
 stripping by JSON Pointer without touching anything else."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.shape import MANY_ERRORS, read_by_errors, read_input, remove_paths
+from gateway.core.reading.shape import MANY_ERRORS, read_by_errors, read_input, remove_paths
 from tests.core.factories import entry, run_input
 
 
@@ -234,7 +234,7 @@ def test_the_typed_dict_reading_agrees_with_the_protocols_models(messages):
     from ag_ui.core import RunAgentInput
     from pydantic import ValidationError
 
-    from gateway.core.strip import _raw_path, unknown_members
+    from gateway.core.reading.strip import _raw_path, unknown_members
 
     raw = run_input([entry("int-1", sig="s")], newTopLevel=1)
     raw["messages"] = messages
@@ -258,7 +258,7 @@ def test_the_typed_dict_reading_agrees_with_the_protocols_models(messages):
 
 def _by_pass_and_by_errors(monkeypatch, raw):
     """The shape read through the one pass, and read error by error (the strict validator)."""
-    from gateway.core import shape as shape_module
+    from gateway.core.reading import shape as shape_module
 
     taken: list[bool] = []
     flood = shape_module._flood
@@ -371,7 +371,7 @@ _MESSAGES = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(_MESSAGES, st.booleans())
 def test_the_text_of_the_messages_rules_out_non_text_tags_only_when_there_are_none(messages, big):
-    from gateway.core.shape import _container_tags_possible, _non_text_tags
+    from gateway.core.reading.shape import _container_tags_possible, _non_text_tags
 
     raw = {"threadId": "t", "runId": "r", "messages": messages}
     if big:
@@ -387,8 +387,8 @@ def test_the_validators_errors_read_from_its_json_are_its_errors():
     errors, in the same order, whatever the member names hold."""
     from pydantic import ValidationError
 
-    from gateway.core import shape as shape_module
-    from gateway.core.input_schema import validator
+    from gateway.core.reading import shape as shape_module
+    from gateway.core.reading.input_schema import validator
 
     raw = run_input([entry("int-1")])
     odd = ['a"},{"type":"x', "\\", "é\u0001", "}", '{"type":"extra_forbidden"']
@@ -414,7 +414,7 @@ def test_a_flood_of_unrecognised_sources_is_malformed_read_by_the_one_pass(monke
     """Each image part's source is of a type the protocol does not define: stripping it
     would leave the part without its required source. The one pass says so without
     validating the stripped input, as reading every error does."""
-    from gateway.core import shape as shape_module
+    from gateway.core.reading import shape as shape_module
 
     raw = run_input([entry("int-1")])
     part = {"type": "image", "source": {"type": "s3", "value": "v"}}

@@ -17,9 +17,9 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.core import shape as shape_module
-from gateway.core.jsontext import to_json
-from gateway.core.shape import read_by_errors, read_input, remove_paths
+from gateway.core.reading import shape as shape_module
+from gateway.core.reading.shape import read_by_errors, read_input, remove_paths
+from gateway.core.values.jsontext import to_json
 
 SETTINGS = settings(
     max_examples=400,

@@ -1,4 +1,4 @@
-"""Taking members out of a decoded input (gateway.core.strip.remove_paths), checked
+"""Taking members out of a decoded input (gateway.core.reading.strip.remove_paths), checked
 against the plain reading: delete each path from a deep copy, outermost first."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.strip import Path, remove_paths
+from gateway.core.reading.strip import Path, remove_paths
 
 _VALUES = st.recursive(
     st.integers(0, 3) | st.text(max_size=2),

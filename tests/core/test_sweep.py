@@ -1,9 +1,9 @@
-"""Noticing interrupts that expired unanswered (gateway.core.sweep)."""
+"""Noticing interrupts that expired unanswered (gateway.core.requests.sweep)."""
 
 from __future__ import annotations
 
 from gateway.core import judge
-from gateway.core.sweep import answered_ids, expire_due, next_expiry_ms
+from gateway.core.requests.sweep import answered_ids, expire_due, next_expiry_ms
 from tests.core.factories import (
     NOW_MS,
     THREAD,

@@ -1,4 +1,4 @@
-"""Thread state as a plain value (gateway.core.thread): immutable, serialisable."""
+"""Thread state as a plain value (gateway.core.values.thread): immutable, serialisable."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gateway.core import InterruptRecord, RunStatus, ThreadState, judge
-from gateway.core.thread import ForwardRecord, SuspendedSubagent, from_dict, to_dict
+from gateway.core.values.thread import ForwardRecord, SuspendedSubagent, from_dict, to_dict
 from tests.core.factories import (
     NOW_MS,
     THREAD,

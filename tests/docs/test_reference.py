@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 import gateway.cli
-from gateway.core import meanings
-from gateway.core.codes import Reason, Rule, Verdict, Warn
+from gateway.core.values import meanings
+from gateway.core.values.codes import Reason, Rule, Verdict, Warn
 from gateway.settings import AgentGroup, BridgeAgent, Settings, setting_fields
 from tests.docs.hook import ROOT, load
 

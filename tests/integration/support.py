@@ -103,7 +103,7 @@ class Namespace:
     async def create_agents(self, agents: list[str], partitions: int = 1) -> None:
         """Many agents' topic sets, laid out as `topics create` lays them out, in one
         CreateTopics request (one `topics create` process per agent would take minutes)."""
-        from gateway.kafka.topics import agent_topic_layout, ensure_topics
+        from gateway.kafka.wire.topics import agent_topic_layout, ensure_topics
         from tests.integration.inprocess import settings_for  # it imports this module
 
         settings = settings_for(self)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.kafka import groupfence
-from gateway.kafka.instancecheckpoint import InstanceCheckpoint
+from gateway.kafka.exactly_once import groupfence
+from gateway.kafka.exactly_once.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.runner import Gateway
 from gateway.settings import Settings
 from tests.integration import inprocess

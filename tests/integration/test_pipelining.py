@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaError
 
-from gateway.kafka import clients
 from gateway.kafka.runner import Gateway
+from gateway.kafka.wire import clients
 from tests.integration.inprocess import (
     eventually,
     forwarded_once,

@@ -22,7 +22,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.helpers import create_ssl_context
 
-from gateway.kafka.acls import Acl, apply
+from gateway.kafka.wire.acls import Acl, apply
 from tests.integration.support import (
     GATEWAY_BIN,
     REPO_ROOT,

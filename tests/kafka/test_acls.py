@@ -7,7 +7,7 @@ import shlex
 import pytest
 
 from gateway import cli
-from gateway.kafka.acls import Acl, gateway_acls, group_acls, kafka_acls_commands, overlaps
+from gateway.kafka.wire.acls import Acl, gateway_acls, group_acls, kafka_acls_commands, overlaps
 from gateway.settings import Settings
 
 P = "User:agui-gateway"

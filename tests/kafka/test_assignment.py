@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.kafka.round import Round
-from gateway.kafka.slot import PairSlot
+from gateway.kafka.pairs.round import Round
+from gateway.kafka.pairs.slot import PairSlot
 from tests.kafka.test_runner import (
     assign,
     decided_round,

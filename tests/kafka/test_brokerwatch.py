@@ -9,7 +9,7 @@ import logging
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from gateway.kafka.brokerwatch import BrokerWatch
+from gateway.kafka.wire.brokerwatch import BrokerWatch
 
 
 class Clock:

@@ -15,10 +15,10 @@ import pytest
 from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from gateway.kafka import checkpoint, groupfence, instancecheckpoint, transaction
-from gateway.kafka.checkpoint import Checkpoint, Outcome, Work
-from gateway.kafka.instancecheckpoint import InstanceCheckpoint
-from gateway.kafka.transaction import TransactionStuck
+from gateway.kafka.exactly_once import checkpoint, groupfence, instancecheckpoint, transaction
+from gateway.kafka.exactly_once.checkpoint import Checkpoint, Outcome, Work
+from gateway.kafka.exactly_once.instancecheckpoint import InstanceCheckpoint
+from gateway.kafka.exactly_once.transaction import TransactionStuck
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 

@@ -1,4 +1,4 @@
-"""Every Kafka client the gateway builds comes from gateway.kafka.clients, with security."""
+"""Every Kafka client the gateway builds comes from gateway.kafka.wire.clients, with security."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
-from gateway.kafka import clients
+from gateway.kafka.wire import clients
 from gateway.settings import Settings
 
 GATEWAY = Path(clients.__file__).resolve().parents[1]

@@ -7,11 +7,11 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from gateway.kafka.checkpoint import Outcome, Result, Work
-from gateway.kafka.committer import Committer
-from gateway.kafka.denials import Denials
-from gateway.kafka.pacing import CommitPacing
-from gateway.kafka.slot import PairKey, PairSlot
+from gateway.kafka.exactly_once.checkpoint import Outcome, Result, Work
+from gateway.kafka.exactly_once.committer import Committer
+from gateway.kafka.exactly_once.pacing import CommitPacing
+from gateway.kafka.pairs.slot import PairKey, PairSlot
+from gateway.kafka.wire.denials import Denials
 from tests.kafka.test_runner import (
     answer_for,
     assign,
@@ -163,7 +163,7 @@ async def test_enough_pending_records_commit_before_the_floor(gw: Any) -> None:
     assert gw.consumer.committed_offsets == {ev: 2, rq: 2}
 
 
-# --- healing after the broker was lost (see gateway.kafka.hanging) ----------------------------
+# --- healing after the broker was lost (see gateway.kafka.exactly_once.hanging) ----------------------------
 
 
 async def test_a_heal_commits_at_once_adding_every_written_partition_and_the_offsets(

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from aiokafka import TopicPartition
 
-from gateway.kafka import clients
-from gateway.kafka.fences import Fences
+from gateway.kafka.assign.fences import Fences
+from gateway.kafka.wire import clients
 from gateway.settings import Settings
 from tests.integration.conftest import CreateTopics
 from tests.integration.support import produce

@@ -6,8 +6,8 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import IncompatibleBrokerVersion
 
-from gateway.kafka import fencewire
-from gateway.kafka.fencewire import GroupMetadata
+from gateway.kafka.wire import fencewire
+from gateway.kafka.wire.fencewire import GroupMetadata
 
 
 def test_a_broker_without_the_kip447_versions_is_named_plainly() -> None:

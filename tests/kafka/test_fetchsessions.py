@@ -13,8 +13,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.protocol.fetch import FetchRequest, FetchRequest_v4, FetchRequest_v11
 
-from gateway.kafka import fetchsessions, fetchwalk
-from gateway.kafka.fetchsessions import FetchSessions, SessionRequest
+from gateway.kafka.wire import fetchsessions, fetchwalk
+from gateway.kafka.wire.fetchsessions import FetchSessions, SessionRequest
 from tests.integration.conftest import CreateTopics
 
 NODE = 1

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from gateway.kafka.fetchwalk import lean
+from gateway.kafka.wire.fetchwalk import lean
 
 A, B, C = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from gateway.codec import changelog
 from gateway.codec.records import InRecord
-from gateway.kafka.agents import GroupTopics, OwnTopics
-from gateway.kafka.pair import PairContext, PartitionPair
-from gateway.kafka.topics import AgentTopics
+from gateway.kafka.pairs.agents import GroupTopics, OwnTopics
+from gateway.kafka.pairs.pair import PairContext, PartitionPair
+from gateway.kafka.wire.topics import AgentTopics
 from gateway.observe.metrics import Metrics
 from gateway.observe.warnings import WarningLimiter
 from gateway.settings import Settings

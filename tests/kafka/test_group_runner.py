@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from gateway.kafka.agents import GroupTopics
+from gateway.kafka.pairs.agents import GroupTopics
 from gateway.settings import Settings
 from tests.kafka.test_runner import (
     ANSWER,

@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from gateway.kafka import clients, groupfence, groupoffsets
-from gateway.kafka.groupfence import GroupFenced, GroupMetadata
-from gateway.kafka.groupoffsets import OffsetsUnstable
+from gateway.kafka.exactly_once import groupfence, groupoffsets
+from gateway.kafka.exactly_once.groupfence import GroupFenced, GroupMetadata
+from gateway.kafka.exactly_once.groupoffsets import OffsetsUnstable
+from gateway.kafka.wire import clients
 from gateway.settings import Settings
 from tests.integration.conftest import CreateTopics
 
@@ -220,7 +221,7 @@ async def test_a_stable_fetch_waits_for_the_pending_transaction(setup, caplog) -
         with pytest.raises(OffsetsUnstable, match="UNSTABLE_OFFSET_COMMIT"):
             await groupoffsets.fetch_committed_offsets(consumer, [topics.tp], timeout_s=0.5)
 
-        caplog.set_level(logging.DEBUG, logger="gateway.kafka.groupfence")
+        caplog.set_level(logging.DEBUG, logger="gateway.kafka.exactly_once.groupfence")
         caplog.clear()
         fetch = asyncio.ensure_future(
             groupoffsets.fetch_committed_offsets(consumer, [topics.tp], timeout_s=WAIT_S)

@@ -3,7 +3,7 @@
 A hanging transaction is made on purpose: a TxnOffsetCommit sent after its
 transaction ended, accepted only while the broker does not verify transactional
 partitions (KIP-890), which these tests switch off for a moment. Its offsets then
-stay pending for ever, as after the broker defect `gateway.kafka.hanging` describes.
+stay pending for ever, as after the broker defect `gateway.kafka.exactly_once.hanging` describes.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.client import CoordinationType
 
-from gateway.kafka import clients, fencewire, groupoffsets, hanging
-from gateway.kafka.fencewire import GroupMetadata
-from gateway.kafka.groupoffsets import OffsetsUnstable
+from gateway.kafka.exactly_once import groupoffsets, hanging
+from gateway.kafka.exactly_once.groupoffsets import OffsetsUnstable
+from gateway.kafka.wire import clients, fencewire
+from gateway.kafka.wire.fencewire import GroupMetadata
 from gateway.settings import Settings
 from tests.integration.conftest import CreateTopics
 from tests.integration.support import GatewayProcess, Namespace, produce, stable_and_high

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.codec.records import InRecord
-from gateway.kafka.merge import Merge, Step
+from gateway.kafka.pairs.merge import Merge, Step
 
 
 def record(side: str, offset: int, timestamp: int, received: float = 0.0) -> InRecord:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.kafka.pacing import CommitPacing
+from gateway.kafka.exactly_once.pacing import CommitPacing
 
 KEY = ("bot", 0)
 

@@ -8,9 +8,9 @@ from prometheus_client import CollectorRegistry
 
 from gateway.codec import changelog, jsonio
 from gateway.codec.records import InRecord
-from gateway.kafka import shaping
-from gateway.kafka.pair import PairContext, PartitionPair
-from gateway.kafka.topics import AgentTopics
+from gateway.kafka.pairs import shaping
+from gateway.kafka.pairs.pair import PairContext, PartitionPair
+from gateway.kafka.wire.topics import AgentTopics
 from gateway.observe.metrics import Metrics
 from gateway.observe.warnings import WarningLimiter
 from gateway.state.retention import Retention
@@ -495,7 +495,7 @@ def test_a_defect_judging_one_request_rejects_it_and_the_partition_moves_on(monk
 
 
 def test_a_defect_applying_one_event_is_a_warning_and_leaves_the_state(monkeypatch):
-    import gateway.kafka.pair as pair_module
+    import gateway.kafka.pairs.pair as pair_module
 
     real = pair_module.apply_event
 
@@ -525,7 +525,7 @@ def test_a_defect_applying_one_event_is_a_warning_and_leaves_the_state(monkeypat
 
 
 def test_a_rejection_with_thousands_of_findings_stays_a_writable_record():
-    from gateway.kafka.shaping import MAX_CARRIED_FINDINGS, MAX_RECORD_BYTES
+    from gateway.kafka.pairs.shaping import MAX_CARRIED_FINDINGS, MAX_RECORD_BYTES
 
     pair, _ = make_pair()
     f = Feed()
@@ -663,7 +663,7 @@ def test_warnings_of_an_aborted_round_are_published_when_it_is_replayed():
 
 
 def test_a_state_too_large_for_one_record_is_written_without_its_schemas():
-    from gateway.kafka.shaping import MAX_RECORD_BYTES
+    from gateway.kafka.pairs.shaping import MAX_RECORD_BYTES
 
     pair, _ = make_pair()
     f = Feed()
@@ -788,7 +788,7 @@ def test_a_correlation_id_is_carried_as_received_and_never_dropped(raw, members)
 
 
 def test_an_internal_error_rejection_carries_a_binary_correlation_id(monkeypatch):
-    import gateway.kafka.decide as decide_module
+    import gateway.kafka.pairs.decide as decide_module
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom")

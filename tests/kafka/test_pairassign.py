@@ -10,8 +10,8 @@ from aiokafka.coordinator.protocol import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.kafka.pairassign import balance, decode_claims, encode_claims, pair_assignor
-from gateway.kafka.topics import TopicNames
+from gateway.kafka.assign.pairassign import balance, decode_claims, encode_claims, pair_assignor
+from gateway.kafka.wire.topics import TopicNames
 from gateway.settings import Settings
 
 

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from gateway.kafka.pairassign import pair_assignor
-from gateway.kafka.topics import TopicNames
+from gateway.kafka.assign.pairassign import pair_assignor
+from gateway.kafka.wire.topics import TopicNames
 from gateway.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
-from gateway.kafka import hanging
-from gateway.kafka.groupoffsets import OffsetsUnstable
-from gateway.kafka.prepare import Preparer
-from gateway.kafka.slot import PairSlot
-from gateway.kafka.topics import TopicNames
+from gateway.kafka.assign.prepare import Preparer
+from gateway.kafka.exactly_once import hanging
+from gateway.kafka.exactly_once.groupoffsets import OffsetsUnstable
+from gateway.kafka.pairs.slot import PairSlot
+from gateway.kafka.wire.topics import TopicNames
 from gateway.settings import Settings
 from tests.kafka.test_pair import make_pair
 

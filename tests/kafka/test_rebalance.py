@@ -14,12 +14,12 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-import gateway.kafka.clients as clients
-import gateway.kafka.prepare as prepare_module
-from gateway.kafka import groupoffsets
-from gateway.kafka.prepare import Preparer
-from gateway.kafka.restore import Restored, Restorer
-from gateway.kafka.topics import TopicNames
+import gateway.kafka.assign.prepare as prepare_module
+import gateway.kafka.wire.clients as clients
+from gateway.kafka.assign.prepare import Preparer
+from gateway.kafka.assign.restore import Restored, Restorer
+from gateway.kafka.exactly_once import groupoffsets
+from gateway.kafka.wire.topics import TopicNames
 from gateway.settings import Settings
 from gateway.state.store import ThreadStore
 from tests.kafka.test_runner import (

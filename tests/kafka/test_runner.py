@@ -17,14 +17,15 @@ from aiokafka.errors import (
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry, generate_latest
 
-import gateway.kafka.assignment as assignment_module
-import gateway.kafka.clients as clients
+import gateway.kafka.assign.assignment as assignment_module
 import gateway.kafka.runner as runner
-from gateway.kafka import denials, groupoffsets
-from gateway.kafka.restore import Restored, Restorer
-from gateway.kafka.round import Round
+import gateway.kafka.wire.clients as clients
+from gateway.kafka.assign.restore import Restored, Restorer
+from gateway.kafka.exactly_once import groupoffsets
+from gateway.kafka.pairs.round import Round
+from gateway.kafka.pairs.slot import PairSlot
 from gateway.kafka.runner import Gateway
-from gateway.kafka.slot import PairSlot
+from gateway.kafka.wire import denials
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 from gateway.state.store import ThreadStore

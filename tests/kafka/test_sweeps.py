@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gateway.kafka.sweeps import PAIR_COST, SweepPlan
+from gateway.kafka.pairs.sweeps import PAIR_COST, SweepPlan
 
 
 def slot(key: tuple[str, int], threads: int = 0, ready: bool = True) -> SimpleNamespace:

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway.codec.records import OutRecord
-from gateway.kafka import transaction
-from gateway.kafka.transaction import send_batched, track_topics
+from gateway.kafka.exactly_once import transaction
+from gateway.kafka.exactly_once.transaction import send_batched, track_topics
 
 
 class SmallBatch:

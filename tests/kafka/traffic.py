@@ -16,7 +16,7 @@ import itertools
 import orjson
 
 from gateway.codec.records import InRecord
-from gateway.kafka.pair import PartitionPair
+from gateway.kafka.pairs.pair import PartitionPair
 
 SCHEMA = {
     "type": "object",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
-from gateway.core import lifecycle
-from gateway.core.classify import KNOWN_TYPES
-from gateway.core.codes import Reason, Rule, Verdict, Warn
+from gateway.core.events import lifecycle
+from gateway.core.events.classify import KNOWN_TYPES
+from gateway.core.values.codes import Reason, Rule, Verdict, Warn
 from gateway.http import exposition
 from gateway.observe.gauges import ROLES, GaugeSnapshot
 from gateway.observe.metrics import (

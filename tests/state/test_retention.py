@@ -1,4 +1,4 @@
-from gateway.core.thread import InterruptRecord, RunStatus, ThreadState
+from gateway.core.values.thread import InterruptRecord, RunStatus, ThreadState
 from gateway.state.retention import Retention
 
 R = Retention(thread_ms=1_000, interrupt_grace_ms=100, interrupt_ms=50_000)

@@ -1,4 +1,4 @@
-from gateway.core.thread import InterruptRecord, RunStatus, ThreadState
+from gateway.core.values.thread import InterruptRecord, RunStatus, ThreadState
 from gateway.state.store import ThreadStore
 
 
@@ -78,7 +78,7 @@ def test_an_older_restored_value_is_decoded_once_then_held_as_version_4():
     from fastavro import schemaless_writer
 
     from gateway.codec import changelog
-    from gateway.core.thread import to_dict
+    from gateway.core.values.thread import to_dict
 
     state = ThreadState("a", RunStatus.SUCCEEDED, "r", "success", closed_at_ms=3, updated_ms=3)
     out = io.BytesIO(b"\x03")

@@ -1,0 +1,55 @@
+"""Decisions: what the judge returns for one run request, as plain values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.core.values.codes import Verdict
+from gateway.core.values.findings import Finding
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How strictly the judge reads a request.
+
+    strict: unrecognised resume entries and unknown threads reject the
+    request instead of producing a warning.
+    """
+
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An open interrupt that a forwarded request answered or abandoned."""
+
+    interrupt_id: str
+    reason: str
+    status: str  # resolved | cancelled
+    raised_at_ms: int | None  # when the interrupting run closed
+    subagent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    reasons: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()
+    input: dict[str, Any] | None = None  # on forward: the input exactly as it will be sent
+    thread_id: str | None = None
+    run_id: str | None = None
+    answers: tuple[Answer, ...] = ()
+    # on forward: where members were removed from the input, in the input as received
+    removed: tuple[tuple[str | int, ...], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The `agui-gateway check` / reply form of the decision."""
+        out: dict[str, Any] = {
+            "verdict": str(self.verdict),
+            "reasons": [r.to_json() for r in self.reasons],
+            "warnings": [w.to_json() for w in self.warnings],
+        }
+        if self.verdict is Verdict.FORWARD:
+            out["input"] = self.input
+        return out

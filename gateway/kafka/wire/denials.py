@@ -1,0 +1,68 @@
+"""Pairs Kafka refuses an operation for want of an ACL: what was refused, and the backoff.
+
+A refused pair waits, paused and undecided, and retries with backoff until the
+ACL is granted; /readyz and the `permission_denied` gauge show it meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.kafka.wire import clients
+
+log = logging.getLogger("gateway.runner")
+
+PairKey = tuple[str, int]
+RETRY_S = 0.5  # first backoff before preparing failed pairs again
+RETRY_MAX_S = 30.0
+
+
+class Denials:
+    def __init__(self) -> None:
+        self.denied: dict[PairKey, tuple[str, str]] = {}  # (operation, resource)
+        self._attempts: dict[PairKey, int] = {}
+        self._preparing: set[PairKey] = set()  # refused while prepared, not committed
+
+    def note(
+        self, key: PairKey, exc: BaseException, topic_op: str = "Write", preparing: bool = False
+    ) -> bool:
+        """Record (and log) that Kafka refused this pair an operation; False if `exc` is
+        no refusal."""
+        found = clients.describe_denial(exc, topic_op)
+        if found is None:
+            return False
+        self.denied[key] = found
+        if preparing:
+            self._preparing.add(key)
+        else:
+            self._preparing.discard(key)
+        self._attempts[key] = self._attempts.get(key, 0) + 1
+        log.error(
+            "permission denied: %s on %s; the pair waits, nothing decided, and retries",
+            *found,
+            extra={"agent": key[0], "partition": key[1], "operation": found[0]},
+        )
+        return True
+
+    def granted(self, key: PairKey, preparing: bool = False) -> bool:
+        """What Kafka refused the pair now succeeded (a commit; or preparing, if refused
+        there). True if a refusal was cleared."""
+        if key not in self.denied or (preparing and key not in self._preparing):
+            return False
+        self.forget(key)
+        log.info(
+            "permission granted: the pair resumes", extra={"agent": key[0], "partition": key[1]}
+        )
+        return True
+
+    def forget(self, key: PairKey) -> None:
+        self.denied.pop(key, None)
+        self._preparing.discard(key)
+        self._attempts.pop(key, None)
+
+    def backoff(self, keys: list[PairKey]) -> float:
+        """How long to wait before trying these pairs again (0 if none was refused)."""
+        attempts = max((self._attempts.get(k, 0) for k in keys), default=0)
+        if not attempts:
+            return 0.0
+        return float(min(RETRY_S * 2 ** (attempts - 1), RETRY_MAX_S))
