@@ -5,8 +5,13 @@
 Runs E events through the core and a `ThreadStore` the way the gateway does
 (events decoded from their JSON bytes through `apply_event`, resumes judged,
 states put and committed in rounds) on N threads, every run with fresh ids:
-70% of runs close with success, 30% with 1-3 interrupts (a fifth of those are
-then resumed and judged before the next run; the rest are superseded by it).
+70% of runs close with success, 30% with 1-3 interrupts (60% of those are then
+resumed and judged before the next run, the rest superseded by it: enough forwards
+that every thread holds as many as it remembers, FORWARDS_KEPT, within the first
+tenth, so that what follows measures growth, not threads filling their bounded state).
+Every id is fresh; the interrupts' `responseSchema`s come from a fixed set, as an
+agent's tools have (a schema new on every interrupt would fill the byte-bounded
+schema cache, 16 MiB, over the first million events: bounded, but not flat yet).
 Prints one JSON object: resident set size before the threads exist, after the
 first C events and after all E, their ratio (flat memory: 1.0), and the bytes
 per thread after the traffic. A cache keyed by what records carry, or a state
@@ -38,8 +43,9 @@ from gateway.state.store import ThreadStore
 
 
 class Soak:
-    def __init__(self, threads: int, seed: int) -> None:
+    def __init__(self, threads: int, seed: int, resume_share: float = 0.6) -> None:
         self.rng = random.Random(seed)
+        self.resume_share = resume_share
         self.ids = Ids(self.rng)
         self.thread_ids = [self.ids.uuid() for _ in range(threads)]
         self.store = ThreadStore()
@@ -65,11 +71,13 @@ class Soak:
             events = idle_thread_events(rng, self.ids, thread_id)
             interrupts: list = []
         else:
-            events, interrupts = interrupted_thread_events(rng, self.ids, thread_id, self.expires)
+            events, interrupts = interrupted_thread_events(
+                rng, self.ids, thread_id, self.expires, unique_schema_share=0.0
+            )
         for value in events:
             state = apply_event(state, thread_id, orjson.loads(value), self.at).state
             self.events += 1
-        if interrupts and rng.random() < 0.2 and state is not None:
+        if interrupts and rng.random() < self.resume_share and state is not None:
             entries = [
                 {"interruptId": i["id"], "status": "resolved", "payload": payload_for(i, rng)}
                 for i in interrupts
@@ -93,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, required=True)
     p.add_argument("--checkpoint", type=int, default=0, help="default: a tenth of --events")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--resume-share", type=float, default=0.6, help="interrupted runs resumed")
     args = p.parse_args(argv)
     checkpoint = args.checkpoint or max(1, args.events // 10)
 
@@ -101,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     del warm
     gc.collect()
     before = rss_bytes()
-    soak = Soak(args.threads, args.seed)
+    soak = Soak(args.threads, args.seed, args.resume_share)
     started = time.perf_counter()
     soak.run(checkpoint)
     gc.collect()

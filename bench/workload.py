@@ -815,7 +815,11 @@ def idle_thread_events(rng: random.Random, ids: Ids, thread_id: str) -> list[byt
 
 
 def interrupted_thread_events(
-    rng: random.Random, ids: Ids, thread_id: str, expires_at: str
+    rng: random.Random,
+    ids: Ids,
+    thread_id: str,
+    expires_at: str,
+    unique_schema_share: float = 0.1,
 ) -> tuple[list[bytes], list[dict[str, Any]]]:
     """A thread waiting on 1-3 open interrupts (some raised by a subagent)."""
     run_id = ids.uuid()
@@ -829,7 +833,7 @@ def interrupted_thread_events(
             tool_call_id=ids.short("call_") if rng.random() < 0.6 else None,
             subagent=subagent if subagent and n == count - 1 else None,
             expires_at=expires_at if rng.random() < 0.5 else None,
-            unique_schema_share=0.1,
+            unique_schema_share=unique_schema_share,
         )
         for n in range(count)
     ]
