@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -76,8 +76,46 @@ async def bounded(settings: Settings) -> AsyncIterator[None]:
         ) from None
 
 
+def read_failure(future: asyncio.Future[Any]) -> None:
+    """Mark a failed future's exception as read (a done callback): whoever awaits the
+    future still gets it raised."""
+    if not future.cancelled():
+        future.exception()
+
+
+def watch_failures(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Read each future's exception once it fails, so that one nobody awaits any more
+    (the transaction failed earlier, at its offsets) is not logged by asyncio as
+    "Future exception was never retrieved": the transaction's failure is logged once,
+    where it is handled."""
+    for future in futures:
+        future.add_done_callback(read_failure)
+
+
+def watch_transaction(producer: AIOKafkaProducer) -> None:
+    """Read the error aiokafka keeps for the producer's current transaction.
+
+    A transaction that fails (a refused AddPartitionsToTxn or TxnOffsetCommit, a
+    missing ACL) has its error set on the call that failed, which raises it, and on
+    the transaction manager's waiter too; the abort that follows replaces that waiter
+    unread, and asyncio then logs the error's traceback as "Future exception was never
+    retrieved". Called once a transaction begins, and before an abort or a stop (a
+    fatal error may have set a fresh waiter)."""
+    manager = getattr(producer, "_txn_manager", None)  # reach: the waiter is aiokafka's own
+    waiter = getattr(manager, "_transaction_waiter", None)
+    if waiter is not None:
+        waiter.add_done_callback(read_failure)
+
+
+async def begin(producer: AIOKafkaProducer) -> None:
+    """Begin a transaction whose error, if it fails, is read where it is raised only."""
+    await producer.begin_transaction()
+    watch_transaction(producer)
+
+
 async def abort_quietly(producer: AIOKafkaProducer) -> None:
     """Abort the open transaction after a failure, for at most `GIVE_UP_S`."""
+    watch_transaction(producer)
     with contextlib.suppress(Exception):
         async with asyncio.timeout(GIVE_UP_S):
             await producer.abort_transaction()
@@ -87,6 +125,7 @@ async def stop_producer(producer: AIOKafkaProducer | None) -> None:
     """Stop a producer, for at most `GIVE_UP_S` (its connections are then left to close
     with the process: a producer stuck in a transaction may not stop at all)."""
     if producer is not None:
+        watch_transaction(producer)
         with contextlib.suppress(Exception):
             async with asyncio.timeout(GIVE_UP_S):
                 await producer.stop()
@@ -125,9 +164,11 @@ async def begin_and_send(
 ) -> list[asyncio.Future[object]]:
     """Begin a transaction and send `records` in it, every topic tracked first; the
     delivery futures, each to be checked before the commit."""
-    await producer.begin_transaction()
+    await begin(producer)
     await track_topics(producer, {r.topic for r in records})
-    return await send_batched(producer, records)
+    delivered = await send_batched(producer, records)
+    watch_failures(delivered)
+    return delivered
 
 
 async def send_batched(

@@ -382,3 +382,98 @@ def test_readme_shows_the_secure_configuration_the_tests_use() -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     assert CONFIG.read_text() in readme
     assert os.path.relpath(CONFIG, REPO_ROOT) in readme
+
+
+class Traffic:
+    """Requests for new threads, one every `every` seconds, until stopped: each is
+    forwarded once decided."""
+
+    def __init__(self, ns: SecureNamespace, every: float = 0.1) -> None:
+        self.ns = ns
+        self.every = every
+        self.sent: list[dict] = []
+
+    async def __aenter__(self) -> Traffic:
+        from aiokafka import AIOKafkaProducer
+
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.ns.bootstrap, acks="all", **self.ns.security()
+        )
+        await self.producer.start()
+        self.stopping = asyncio.Event()
+        self.task = asyncio.create_task(self._send())
+        return self
+
+    async def _send(self) -> None:
+        while not self.stopping.is_set():
+            n = len(self.sent)
+            request = {"threadId": f"t-{n}", "runId": f"run-{n}", "messages": []}
+            await self.producer.send_and_wait(
+                self.ns.requests(AGENT), json.dumps(request).encode(), key=f"t-{n}".encode()
+            )
+            self.sent.append(request)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.every)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stopping.set()
+        try:
+            await self.task
+        finally:
+            await self.producer.stop()
+
+
+# What asyncio logs for an error nobody handled (a future's, a task's).
+NEVER_RETRIEVED = ("exception was never retrieved", "Task was destroyed but it is pending")
+
+
+@pytest.mark.parametrize("revoked", ["run-requests", "group"])
+async def test_an_acl_revoked_while_running_is_reported_handled_and_recovered_from(
+    ns: SecureNamespace, tmp_path: Path, revoked: str
+) -> None:
+    """Revoked while requests flow: each refusal is handled where it happens (no error
+    left for asyncio to log), reported (log, /readyz), and once the ACL is back every
+    request is forwarded exactly once."""
+    await setup_agent(ns)
+    sec = ns.security()
+    principal = f"User:{GATEWAY_USER}"
+    if revoked == "group":
+        acl = Acl("group", ns.group, "literal", "Read", principal)
+        expected = f"Read on group {ns.group}"
+    else:
+        acl = Acl("topic", ns.run_requests(AGENT), "literal", "Write", principal)
+        expected = f"Write on topic {ns.run_requests(AGENT)}"
+    gateway = await GatewayProcess(ns, tmp_path).start()
+    try:
+        async with Traffic(ns) as traffic:
+            await collect(ns.bootstrap, ns.run_requests(AGENT), count=3, **sec)
+            await change_acl(ns, acl, delete=True)
+            deadline = time.monotonic() + 60
+            while f"permission denied: {expected}" not in gateway.log_path.read_text():
+                assert time.monotonic() < deadline, gateway.log_tail()
+                await asyncio.sleep(0.3)
+            await asyncio.sleep(4)  # requests go on arriving while it is refused
+            status, body = gateway.http("/readyz")
+            assert status == 503, body
+            assert expected in json.loads(body)["denied"].values(), body
+            await change_acl(ns, acl, delete=False)
+            await asyncio.sleep(2)
+        forwarded = await collect(
+            ns.bootstrap,
+            ns.run_requests(AGENT),
+            count=len(traffic.sent),
+            timeout=120,
+            settle=2.0,
+            **sec,
+        )
+        assert sorted(v["threadId"] for v in values(forwarded)) == sorted(
+            r["threadId"] for r in traffic.sent
+        )
+        await gateway.wait_ready(60)
+        assert json.loads(gateway.http("/readyz")[1])["denied"] == {}
+    finally:
+        assert await gateway.stop() == 0, gateway.log_tail()
+    log = gateway.log_path.read_text()
+    unhandled = [line for line in log.splitlines() if any(n in line for n in NEVER_RETRIEVED)]
+    assert unhandled == []
+    assert_no_secret(ns, log, body)
