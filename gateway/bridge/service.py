@@ -219,7 +219,7 @@ class Bridge:
         finally:
             await admin.close()
         for report in reports:
-            if report.action == "mismatch":
+            if report.action in ("mismatch", "refused"):
                 raise RuntimeError(f"{runs_topic}: {report.detail}")
         self._runs_topics_ready.add(runs_topic)
 

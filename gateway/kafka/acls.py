@@ -32,7 +32,14 @@ _AGENT = "{agent}"
 # Kafka's protocol codes (org.apache.kafka.common.resource / acl).
 RESOURCE_TYPES = {"topic": 2, "group": 3, "cluster": 4, "transactional-id": 5}
 PATTERN_TYPES = {"literal": 3, "prefixed": 4}
-OPERATIONS = {"Read": 3, "Write": 4, "Create": 5, "DescribeConfigs": 10, "IdempotentWrite": 12}
+OPERATIONS = {
+    "Read": 3,
+    "Write": 4,
+    "Create": 5,
+    "Describe": 8,
+    "DescribeConfigs": 10,
+    "IdempotentWrite": 12,
+}
 ALLOW = 3
 
 

@@ -336,6 +336,44 @@ async def test_a_missing_acl_found_while_preparing_is_reported_until_granted(
     assert_no_secret(ns, gateway.log_path.read_bytes(), body)
 
 
+async def test_topics_create_by_a_principal_without_create_says_so_and_exits_2(
+    ns: SecureNamespace,
+) -> None:
+    """`agui-gateway` has no Create ACL: the command names the refusal and the topics,
+    not a layout it cannot fix; granted Create, the same command creates them."""
+    principal = f"User:{GATEWAY_USER}"
+    agent_topics = [ns.events(AGENT), ns.requests(AGENT), ns.run_requests(AGENT)]
+    wanted = sorted([*agent_topics, ns.changelog(AGENT), ns.rejections, ns.warnings])
+    result = await asyncio.to_thread(run_cli, ns.env(), "topics", "create", "--agent", AGENT)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"Kafka refuses the principal {principal} the creation of 6 topics" in lines[0]
+    assert "(TOPIC_AUTHORIZATION_FAILED)" in lines[0]
+    assert all(topic in lines[0] for topic in wanted)
+    assert "cannot fix" not in result.stderr and "mismatch" not in result.stdout
+    assert sorted(line.split()[1] for line in result.stdout.splitlines()) == wanted
+    assert {line.split()[0] for line in result.stdout.splitlines()} == {"refused"}
+    assert_no_secret(ns, result.stdout, result.stderr)
+
+    await change_acl(ns, Acl("topic", ns.prefix, "prefixed", "Create", principal), delete=False)
+    result = await asyncio.to_thread(run_cli, ns.env(), "topics", "create", "--agent", AGENT)
+    assert result.returncode == 0, result
+    # created; without Describe, Kafka hides them from it, and it says so
+    assert {line.split()[0] for line in result.stdout.splitlines()} == {"created"}
+    assert all("(no Describe ACL)" in line for line in result.stdout.splitlines())
+
+    # Describe granted, the existing changelog's policy is checked: DescribeConfigs refused
+    await change_acl(ns, Acl("topic", ns.prefix, "prefixed", "Describe", principal), delete=False)
+    result = await asyncio.to_thread(run_cli, ns.env(), "topics", "create", "--agent", AGENT)
+    assert result.returncode == 2, result
+    assert result.stderr.strip() == (
+        f"agui-gateway topics: Kafka refuses the principal {principal} DescribeConfigs on "
+        f"topic {ns.changelog(AGENT)} (TOPIC_AUTHORIZATION_FAILED): grant it, or run this "
+        "command as a principal that may"
+    )
+
+
 def other_ca(tmp_path: Path) -> Path:
     """A CA that signed nothing the broker presents."""
     key, cert = tmp_path / "other.key", tmp_path / "other.crt"
