@@ -26,7 +26,7 @@ from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from gateway.kafka import hanging
+from gateway.kafka import hanging, txnids
 from gateway.kafka.groupoffsets import group_committed_offsets, rewind
 from gateway.kafka.round import Round
 from gateway.kafka.transaction import (
@@ -118,7 +118,7 @@ class Checkpoint:
         agent, partition = key
         s = self.settings
         self._producers[key] = await start_transactional(
-            s, f"{s.client_id}-{agent}-{partition}", f"{s.group_id}.{agent}.{partition}"
+            s, f"{s.client_id}-{agent}-{partition}", txnids.pair_id(s, agent, partition)
         )
 
     async def close(self, key: PairKey) -> None:

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
-from gateway.kafka import groupfence, hanging
+from gateway.kafka import groupfence, hanging, txnids
 from gateway.kafka.checkpoint import Outcome, PairKey, Result, Work
 from gateway.kafka.groupoffsets import group_committed_offsets, rewind
 from gateway.kafka.transaction import (
@@ -69,9 +69,7 @@ class InstanceCheckpoint:
         return self.transactional_id_of(0)
 
     def transactional_id_of(self, index: int) -> str:
-        s = self.settings
-        base = f"{s.group_id}.instance.{s.instance_name}"
-        return base if index == 0 else f"{base}.{index}"
+        return txnids.instance_id(self.settings, index)
 
     def holds(self, key: PairKey) -> bool:
         return key in self._keys

@@ -110,8 +110,9 @@ def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
     )
 
 
-async def setup_agent(ns: SecureNamespace) -> None:
-    """As the admin: the agent's topics (`topics create`), a reply topic, the gateway's ACLs."""
+async def setup_agent(ns: SecureNamespace, *acls_args: str, **settings: Any) -> None:
+    """As the admin: the agent's topics (`topics create`), a reply topic, the gateway's ACLs
+    (`acls` with `acls_args`, printed for a gateway with `settings`)."""
     admin_ns = ns.as_user("admin")
     report = await admin_ns.create_agent(AGENT, partitions=1)
     assert "created" in report, report
@@ -123,7 +124,7 @@ async def setup_agent(ns: SecureNamespace) -> None:
         await admin.close()
     result = await asyncio.to_thread(
         run_cli,
-        admin_ns.env(),
+        admin_ns.env(**settings),
         "acls",
         "--agent-pattern",
         AGENT,
@@ -131,6 +132,7 @@ async def setup_agent(ns: SecureNamespace) -> None:
         f"User:{GATEWAY_USER}",
         "--reply-topic-prefix",
         f"{ns.prefix}.replies.",
+        *acls_args,
         "--apply",
     )
     assert result.returncode == 0, result.stderr
@@ -231,6 +233,59 @@ async def test_gateway_with_exactly_its_acls_forwards_rejects_replies_and_restor
     finally:
         assert await second.stop() == 0
     assert_no_secret(ns, first.log_path.read_bytes(), second.log_path.read_bytes(), ready_body)
+
+
+@pytest.mark.parametrize(
+    ("settings", "acls_args"),
+    [
+        ({"instance_name": "gw-a"}, ()),
+        ({"instance_name": "gw-b", "instance_producers": 2}, ()),
+        ({"instance_name": "gw-c"}, ("--instance-name", "gw-*")),
+    ],
+    ids=["instance", "two-producers", "name-prefix"],
+)
+async def test_an_instance_scoped_gateway_with_exactly_its_acls_decides(
+    ns: SecureNamespace, tmp_path: Path, settings: dict[str, Any], acls_args: tuple[str, ...]
+) -> None:
+    """producer_scope=instance: the transactional ids are the instance's, and `acls` grants
+    exactly those (not the pairs' `<group>.<agent>.` prefix)."""
+    scope = {"producer_scope": "instance", **settings}
+    await setup_agent(ns, *acls_args, **scope)
+    sec = ns.security()
+    gateway = await GatewayProcess(ns, tmp_path, **scope).start()
+    thread = "t-1"
+    try:
+        await produce(
+            ns.bootstrap,
+            ns.events(AGENT),
+            [(thread, started(thread, "run-1")), (thread, interrupted(thread, "run-1", "pick"))],
+            **sec,
+        )
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, resume(thread, "run-2"))],
+            headers=reply_headers(ns, "c-bad"),
+            **sec,
+        )
+        good = resume(thread, "run-2", {"interruptId": "pick", "status": "resolved", "payload": 1})
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, good)],
+            headers=reply_headers(ns, "c-good"),
+            **sec,
+        )
+        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, **sec)
+        assert values(forwarded) == [good]
+        rejected = values(await collect(ns.bootstrap, ns.rejections, count=1, **sec))
+        assert [r["code"] for r in rejected[0]["reasons"]] == ["uncovered_interrupt"]
+        replies = await collect(ns.bootstrap, ns.replies(), count=2, **sec)
+        assert sorted(v["verdict"] for v in values(replies)) == ["forward", "reject"]
+        assert json.loads(gateway.http("/readyz")[1])["denied"] == {}
+    finally:
+        assert await gateway.stop() == 0, gateway.log_tail()
+    assert "permission denied" not in gateway.log_path.read_text()
 
 
 async def test_missing_write_on_run_requests_is_reported_and_the_request_decided_once_granted(
