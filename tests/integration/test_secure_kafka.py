@@ -288,6 +288,53 @@ async def test_an_instance_scoped_gateway_with_exactly_its_acls_decides(
     assert "permission denied" not in gateway.log_path.read_text()
 
 
+async def test_a_bridge_with_exactly_the_acls_printed_for_it_relays_a_run(
+    ns: SecureNamespace, tmp_path: Path
+) -> None:
+    """`acls --role bridge`: the bridge, as a principal with exactly those ACLs, creates
+    its run markers' topic, consumes run-requests in its group and writes the agent's
+    events in its transactions."""
+    from tests.bridge.agents import Served, scripted_agent
+    from tests.bridge.support import BridgeProcess, bridge_settings
+
+    admin_ns = ns.as_user("admin")
+    await admin_ns.create_agent(AGENT, partitions=1)
+    sec = ns.security()
+    app, _ = scripted_agent()
+    async with Served(app) as agent:
+        settings = bridge_settings(ns, {AGENT: {"url": agent.url}})
+        result = await asyncio.to_thread(
+            run_cli,
+            admin_ns.env(**settings),
+            "acls",
+            "--role",
+            "bridge",
+            "--agent-pattern",
+            AGENT,
+            "--principal",
+            "User:agui-client",
+            "--apply",
+        )
+        assert result.returncode == 0, result.stderr
+        bridge = BridgeProcess(ns.as_user("agui-client"), tmp_path, "bridge", **settings)
+        await bridge.start()
+        try:
+            request = {"threadId": "t-1", "runId": "run-1", "messages": []}
+            await produce(ns.bootstrap, ns.run_requests(AGENT), [("t-1", request)], **sec)
+            events = await collect(ns.bootstrap, ns.events(AGENT), count=5, timeout=60, **sec)
+            assert [e["type"] for e in values(events)] == [
+                "RUN_STARTED",
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_END",
+                "RUN_FINISHED",
+            ]
+        finally:
+            assert await bridge.stop() == 0, bridge.log_tail()
+    assert "denied" not in bridge.log_path.read_text().lower()
+    assert_no_secret(ns, bridge.log_path.read_bytes())
+
+
 async def test_missing_write_on_run_requests_is_reported_and_the_request_decided_once_granted(
     ns: SecureNamespace, tmp_path: Path
 ) -> None:
@@ -520,14 +567,18 @@ class Traffic:
 NEVER_RETRIEVED = ("exception was never retrieved", "Task was destroyed but it is pending")
 
 
-@pytest.mark.parametrize("revoked", ["run-requests", "group"])
+@pytest.mark.parametrize(
+    ("revoked", "scope"),
+    [("run-requests", "pair"), ("group", "pair"), ("run-requests", "instance")],
+)
 async def test_an_acl_revoked_while_running_is_reported_handled_and_recovered_from(
-    ns: SecureNamespace, tmp_path: Path, revoked: str
+    ns: SecureNamespace, tmp_path: Path, revoked: str, scope: str
 ) -> None:
     """Revoked while requests flow: each refusal is handled where it happens (no error
     left for asyncio to log), reported (log, /readyz), and once the ACL is back every
     request is forwarded exactly once."""
-    await setup_agent(ns)
+    settings = {"producer_scope": scope, "instance_name": "gw-a"}
+    await setup_agent(ns, **settings)
     sec = ns.security()
     principal = f"User:{GATEWAY_USER}"
     if revoked == "group":
@@ -536,7 +587,7 @@ async def test_an_acl_revoked_while_running_is_reported_handled_and_recovered_fr
     else:
         acl = Acl("topic", ns.run_requests(AGENT), "literal", "Write", principal)
         expected = f"Write on topic {ns.run_requests(AGENT)}"
-    gateway = await GatewayProcess(ns, tmp_path).start()
+    gateway = await GatewayProcess(ns, tmp_path, **settings).start()
     try:
         async with Traffic(ns) as traffic:
             await collect(ns.bootstrap, ns.run_requests(AGENT), count=3, **sec)
