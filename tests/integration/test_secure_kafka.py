@@ -397,21 +397,26 @@ async def test_missing_write_on_run_requests_is_reported_and_the_request_decided
 
 
 @pytest.mark.parametrize(
-    ("side", "operation"), [("changelog", "DescribeConfigs"), ("requests", "Read")]
+    ("side", "operation"),
+    [("changelog", "DescribeConfigs"), ("requests", "Read"), ("group", "Read")],
 )
 async def test_a_missing_acl_found_while_preparing_is_reported_until_granted(
     ns: SecureNamespace, tmp_path: Path, side: str, operation: str
 ) -> None:
     await setup_agent(ns)
-    topic = ns.changelog(AGENT) if side == "changelog" else ns.requests(AGENT)
-    acl = Acl("topic", topic, "literal", operation, f"User:{GATEWAY_USER}")
+    if side == "group":  # the gateway's consumer is refused: no pair is even assigned
+        acl = Acl("group", ns.group, "literal", operation, f"User:{GATEWAY_USER}")
+        expected, key = f"{operation} on group {ns.group}", "consumer"
+    else:
+        topic = ns.changelog(AGENT) if side == "changelog" else ns.requests(AGENT)
+        acl = Acl("topic", topic, "literal", operation, f"User:{GATEWAY_USER}")
+        expected, key = f"{operation} on topic {topic}", f"{AGENT}/0"
     await change_acl(ns, acl, delete=True)
     gateway = await GatewayProcess(ns, tmp_path).start(wait=False)
     try:
-        expected = f"{operation} on topic {topic}"
         deadline = time.monotonic() + 60
         status, body = 0, b"{}"
-        while json.loads(body).get("denied", {}).get(f"{AGENT}/0") != expected:
+        while json.loads(body).get("denied", {}).get(key) != expected:
             assert time.monotonic() < deadline, (status, body, gateway.log_tail())
             await asyncio.sleep(0.3)
             with contextlib.suppress(OSError):
