@@ -7,6 +7,9 @@ ACL is granted; /readyz and the `permission_denied` gauge show it meanwhile.
 from __future__ import annotations
 
 import logging
+import time
+
+from aiokafka.errors import GroupAuthorizationFailedError
 
 from gateway.kafka import clients
 
@@ -69,19 +72,27 @@ class Denials:
 
 
 class ConsumerDenial:
-    """The gateway's group consumer refused for want of an ACL (Read on its group,
-    revoked while it runs, or never granted): what was refused, and the backoff.
+    """The gateway's group consumer refused for want of an ACL: what was refused, and
+    the backoff.
 
-    aiokafka's consumer raises such a refusal from `getmany` (its heartbeat, join or
-    coordinator look-up failed in the background) and keeps raising it until it can
-    join again. Meanwhile the pairs keep what they hold and decide nothing they could
-    commit (their transactions' offsets need the group too): the runner waits with
-    backoff, asks the consumer to rejoin, and clears the refusal once the group's
-    coordinator answers it again.
+    Read on its group (revoked while it runs, or never granted): aiokafka's consumer
+    raises the refusal from `getmany` (its heartbeat, join or coordinator look-up
+    failed in the background) and keeps raising it until it can join again.
+    Meanwhile the pairs keep what they hold and decide nothing they could commit
+    (their transactions' offsets need the group too): the runner waits with backoff,
+    asks the consumer to rejoin, and clears the refusal once the group's coordinator
+    answers it again.
+
+    Read on a topic it consumes, refused at a fetch (before the metadata hides the
+    topic and the rebalance takes it away): `getmany` raises it for that partition
+    only, the others' records stay for the next call. It is reported and polled past
+    without a wait, and cleared once no fetch was refused for `TOPIC_QUIET_S`.
     """
 
     def __init__(self) -> None:
         self.denied: tuple[str, str] | None = None  # (operation, resource)
+        self.group = False  # the refusal is the group's (else a topic's, at a fetch)
+        self.since = 0.0  # monotonic time of the last refusal
         self._attempts = 0
 
     def note(self, exc: BaseException) -> bool:
@@ -98,6 +109,8 @@ class ConsumerDenial:
                 extra={"operation": found[0]},
             )
         self.denied = found
+        self.group = isinstance(exc, GroupAuthorizationFailedError)
+        self.since = time.monotonic()
         self._attempts += 1
         return True
 

@@ -183,13 +183,16 @@ async def rewind(
 ) -> None:
     """Seek each still-assigned partition back to the last committed offset (`ours`:
     what this instance knows it committed)."""
-    assignment = consumer.assignment()
     for tp in tps:
-        if tp not in assignment:
+        # asked afresh each time: a rebalance may revoke partitions at any await here,
+        # and aiokafka asserts at a seek on a partition no longer assigned
+        if tp not in consumer.assignment():
             continue  # revoked meanwhile: its next owner starts at the committed offset
         offset = ours.get(tp)
         if offset is None:
             offset = await consumer.committed(tp)
+            if tp not in consumer.assignment():
+                continue  # revoked while its offset was looked up
         if offset is not None:
             consumer.seek(tp, offset)
         else:

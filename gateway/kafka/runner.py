@@ -64,6 +64,7 @@ SWEEP_CHANGES = 100  # expiries announced or threads forgotten per pair per roun
 PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a commit
 LAG_INTERVAL_S = 5.0
 GRANT_LOOK_S = 5.0  # longest look at whether a refused consumer's group answers again
+TOPIC_QUIET_S = 10.0  # a topic's fetch refusal is cleared after this long without one
 CONSUMER = "consumer"  # /readyz `denied` key (and gauge agent) of the consumer's own refusal
 
 
@@ -146,7 +147,9 @@ class Gateway:
                     batch = await self._poll()
                 except clients.AUTHORIZATION_ERRORS as exc:
                     self.consumer_denial.note(exc)
-                    await self._refused(stop)
+                    self._recount()
+                    if self.consumer_denial.group:
+                        await self._refused(stop)
                     continue
                 if self.consumer_denial.denied is not None:
                     await self._granted_again()
@@ -195,10 +198,16 @@ class Gateway:
             self.consumer._coordinator.request_rejoin()  # reach: no public call rejoins
 
     async def _granted_again(self) -> None:
-        """Clear the consumer's refusal once its group's coordinator answers it again
-        (FindCoordinator needs Describe on the group, which Read implies); looked at no
-        more often than the backoff."""
+        """Clear the consumer's refusal: the group's once its coordinator answers it again
+        (FindCoordinator needs Describe on the group, which Read implies; looked at no
+        more often than the backoff), a topic's once no fetch was refused for
+        `TOPIC_QUIET_S`."""
         now = time.monotonic()
+        if not self.consumer_denial.group:
+            if now - self.consumer_denial.since >= TOPIC_QUIET_S:
+                self.consumer_denial.granted()
+                self._recount()
+            return
         if self.consumer is None or now < self._next_look:
             return
         self._next_look = now + self.consumer_denial.backoff()

@@ -13,11 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import types
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.client import CoordinationType
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    KafkaError,
+    ProducerFenced,
+    TopicAuthorizationFailedError,
+)
+from aiokafka.producer.sender import TxnOffsetCommitHandler
 
 from gateway.codec.records import OutRecord
 from gateway.kafka import clients
@@ -149,6 +157,7 @@ async def start_transactional(
         # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
         retry_backoff_ms=10,
     )
+    install_offset_refusals(producer)
     try:
         await producer.start()
     except BaseException:
@@ -157,6 +166,57 @@ async def start_transactional(
             await producer.stop()
         raise
     return producer
+
+
+def topic_refused(topics: Iterable[str]) -> TopicAuthorizationFailedError:
+    """The refusal of committing offsets of `topics` in a transaction: TxnOffsetCommit
+    needs Read on each topic."""
+    exc = TopicAuthorizationFailedError(",".join(sorted(set(topics))))
+    exc.operation = "Read"  # type: ignore[attr-defined]  # read by clients.describe_denial
+    return exc
+
+
+class _OffsetCommitHandler(TxnOffsetCommitHandler):  # type: ignore[misc]
+    """aiokafka's TxnOffsetCommit handler, except for a topic Kafka refuses (no Read on
+    it, revoked while the gateway runs): aiokafka raises that in its sender routine,
+    which ends the producer ("Unexpected error in sender routine", then every call
+    fails with "Unexpected error during batch delivery"). Here it fails the
+    transaction, to be aborted, as aiokafka does for a refused group."""
+
+    def handle_response(self, resp: Any) -> float | None:
+        refused = [
+            topic
+            for topic, partitions in resp.errors
+            for _, code in partitions
+            if code == TopicAuthorizationFailedError.errno
+        ]
+        if refused:
+            self._sender._txn_manager.error_transaction(topic_refused(refused))
+            return None
+        result: float | None = super().handle_response(resp)
+        return result
+
+
+def install_offset_refusals(producer: AIOKafkaProducer) -> None:
+    """Have the producer's sender commit transactional offsets with `_OffsetCommitHandler`
+    (reach: aiokafka's sender builds its handler inside this method). With
+    producer_scope=instance, `groupfence` installs its own, which does the same."""
+    sender = getattr(producer, "_sender", None)
+    if sender is None:  # not aiokafka's producer
+        return
+
+    async def do_txn_offset_commit(self: Any, offsets: Any, group_id: str) -> None:
+        if not offsets:
+            return
+        try:
+            node_id = await self._find_coordinator(CoordinationType.GROUP, group_id)
+        except GroupAuthorizationFailedError:
+            # aiokafka's look-up names no group: the refusal names it
+            self._txn_manager.error_transaction(GroupAuthorizationFailedError(group_id))
+            return
+        await _OffsetCommitHandler(self, offsets, group_id).do(node_id)
+
+    sender._do_txn_offset_commit = types.MethodType(do_txn_offset_commit, sender)
 
 
 async def begin_and_send(
