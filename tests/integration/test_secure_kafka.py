@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.helpers import create_ssl_context
 
@@ -539,8 +540,6 @@ class Traffic:
         self.sent: list[dict] = []
 
     async def __aenter__(self) -> Traffic:
-        from aiokafka import AIOKafkaProducer
-
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.ns.bootstrap, acks="all", **self.ns.security()
         )
