@@ -116,9 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     acls = commands.add_parser(
         "acls",
         help="print (or create) the ACLs a gateway principal needs, and no more",
-        description="Print the kafka-acls commands granting a gateway principal exactly what "
-        "it needs for the agents named; --apply creates them (--remove deletes them) with an "
-        "admin client from the settings, which must then name an admin principal.",
+        description="Print the kafka-acls commands granting a gateway (or bridge) principal "
+        "exactly what it needs for the agents named, with the settings the gateway runs with "
+        "(topic templates, group_id, producer_scope, instance_name, instance_producers, "
+        "bridge_group_id); --apply creates them (--remove deletes them) with an admin client "
+        "from the settings, which must then name an admin principal.",
     )
     acls_for = acls.add_mutually_exclusive_group(required=True)
     acls_for.add_argument("--agent-pattern", help="an agent name, or a name prefix ending in *")
@@ -142,6 +144,21 @@ def _parser() -> argparse.ArgumentParser:
         "--create-changelogs",
         action="store_true",
         help="also let the gateway create changelog topics (not needed after topics create)",
+    )
+    acls.add_argument(
+        "--instance-name",
+        action="append",
+        default=[],
+        metavar="NAME|PREFIX*",
+        help="with producer_scope=instance: a gateway instance's instance_name (repeatable), "
+        "or a name prefix ending in * for all instances so named (default: instance_name of "
+        "the settings)",
+    )
+    acls.add_argument(
+        "--role",
+        choices=("gateway", "bridge"),
+        default="gateway",
+        help="whose ACLs: the gateway's (default) or the bridge's (agui-gateway bridge)",
     )
     acls.add_argument(
         "--command-config",
@@ -268,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             args.create_changelogs,
             args.command_config,
             args.action,
+            args.instance_name,
+            args.role,
         )
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
 

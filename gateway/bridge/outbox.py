@@ -22,6 +22,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from gateway.bridge.ledger import PartitionLedger, encode_marker
 from gateway.bridge.metrics import BridgeMetrics
+from gateway.kafka.exactly_once import transaction
 
 log = logging.getLogger("gateway.bridge.outbox")
 
@@ -116,21 +117,24 @@ class Outbox:
 
     async def _transaction(self, held: list[Record]) -> None:
         marker = self.ledger.marker()
-        await self.producer.begin_transaction()
+        await transaction.begin(self.producer)
         try:
             for key, value, headers in held:
-                await self.producer.send(self.events_topic, value, key=key, headers=headers)
-            await self.producer.send(
+                sent = await self.producer.send(self.events_topic, value, key=key, headers=headers)
+                transaction.watch_failures([sent])  # read if it fails: never left unread
+            sent = await self.producer.send(
                 self.runs_topic,
                 encode_marker(self.tp.partition, marker),
                 key=str(self.tp.partition).encode(),
                 partition=self.tp.partition,
             )
+            transaction.watch_failures([sent])
             await self.producer.send_offsets_to_transaction(
                 {self.tp: OffsetAndMetadata(marker.next, "")}, self.group_id
             )
             await self.producer.commit_transaction()
         except BaseException:
+            transaction.watch_transaction(self.producer)
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.producer.abort_transaction())
             raise

@@ -26,7 +26,7 @@ from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.outbox import Outbox
 from gateway.bridge.partition import AgentEndpoint, PartitionRuns
 from gateway.codec.records import HEADER_CORRELATION_ID
-from gateway.kafka.wire import clients
+from gateway.kafka.wire import clients, txnids
 from gateway.kafka.wire.brokerwatch import BrokerWatch
 from gateway.kafka.wire.topics import changelog_configs, ensure_topics
 from gateway.settings import BridgeAgent, Settings
@@ -172,7 +172,7 @@ class Bridge:
         producer = clients.producer(
             s,
             client_id=f"{s.client_id}-bridge-{agent}-{tp.partition}",
-            transactional_id=f"{s.bridge_group_id}.{agent}.{tp.partition}",
+            transactional_id=txnids.bridge_id(s, agent, tp.partition),
             enable_idempotence=True,
             transaction_timeout_ms=s.transaction_timeout_ms,
             linger_ms=2,
@@ -219,7 +219,7 @@ class Bridge:
         finally:
             await admin.close()
         for report in reports:
-            if report.action == "mismatch":
+            if report.action in ("mismatch", "refused"):
                 raise RuntimeError(f"{runs_topic}: {report.detail}")
         self._runs_topics_ready.add(runs_topic)
 

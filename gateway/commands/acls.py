@@ -8,7 +8,14 @@ import sys
 from aiokafka.errors import KafkaError
 
 from gateway.kafka.wire import clients
-from gateway.kafka.wire.acls import apply, gateway_acls, group_acls, kafka_acls_commands, overlaps
+from gateway.kafka.wire.acls import (
+    apply,
+    bridge_acls,
+    gateway_acls,
+    group_acls,
+    kafka_acls_commands,
+    overlaps,
+)
 from gateway.settings import Settings
 
 
@@ -20,7 +27,10 @@ def main(
     create_changelogs: bool,
     command_config: str,
     action: str | None,
+    instance_names: list[str] | None = None,
+    role: str = "gateway",
 ) -> int:
+    instance_names = instance_names or []
     agent = agent_pattern.removesuffix("*")
     if agent_pattern.count("*") > int(agent_pattern.endswith("*")) or (
         agent
@@ -37,8 +47,30 @@ def main(
     if not principal.startswith("User:") or principal == "User:":
         print("agui-gateway acls: --principal must look like User:<name>", file=sys.stderr)
         return 2
-    acls = gateway_acls(settings, agent_pattern, principal, reply_topic_prefixes, create_changelogs)
-    for note in overlaps(settings, agent_pattern):
+    problem = _misplaced(settings, role, reply_topic_prefixes, create_changelogs, instance_names)
+    if problem:
+        print(f"agui-gateway acls: {problem}", file=sys.stderr)
+        return 2
+    if role == "bridge":
+        acls = bridge_acls(settings, agent_pattern, principal)
+    else:
+        acls = gateway_acls(
+            settings,
+            agent_pattern,
+            principal,
+            reply_topic_prefixes,
+            create_changelogs,
+            instance_names,
+        )
+        if settings.producer_scope == "instance" and not instance_names:
+            print(
+                "agui-gateway acls: note: producer_scope=instance: the transactional ids are "
+                f"those of instance_name {settings.instance_name!r} (this host's name unless "
+                "set); name each gateway instance with --instance-name, or all of them with a "
+                "name prefix ending in *",
+                file=sys.stderr,
+            )
+    for note in overlaps(settings, agent_pattern, role):
         print(f"agui-gateway acls: note: {note}", file=sys.stderr)
     if action is None:
         for line in kafka_acls_commands(acls, settings.bootstrap_servers, command_config):
@@ -54,6 +86,30 @@ def main(
         return 2
     print(f"{'removed' if action == 'remove' else 'created'} {len(acls)} ACLs for {principal}")
     return 0
+
+
+def _misplaced(
+    settings: Settings,
+    role: str,
+    reply_topic_prefixes: list[str],
+    create_changelogs: bool,
+    instance_names: list[str],
+) -> str | None:
+    """Why options given do not fit the role and settings, or None."""
+    if role == "bridge" and (reply_topic_prefixes or create_changelogs or instance_names):
+        return (
+            "--reply-topic-prefix, --create-changelogs and --instance-name are the gateway's: "
+            "not with --role bridge"
+        )
+    if instance_names and settings.producer_scope != "instance":
+        return (
+            "--instance-name names the ids of producer_scope=instance, but the settings say "
+            f"producer_scope={settings.producer_scope}"
+        )
+    for name in instance_names:
+        if not name or "*" in name.removesuffix("*") or any(c.isspace() for c in name):
+            return f"{name!r} is neither an instance name nor a name prefix ending in *"
+    return None
 
 
 async def _apply(settings: Settings, acls: list, *, delete: bool) -> None:

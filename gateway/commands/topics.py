@@ -60,6 +60,15 @@ async def create(
     try:
         await asyncio.wait_for(admin.start(), timeout=30)
         reports = await ensure_topics(admin, wanted)
+    except clients.AUTHORIZATION_ERRORS as exc:  # e.g. no DescribeConfigs on a changelog
+        operation, resource = clients.describe_denial(exc, "DescribeConfigs") or ("?", "?")
+        print(
+            f"agui-gateway topics: Kafka refuses {_principal(settings)} {operation} on "
+            f"{resource} ({exc.message}): grant it, or run this command as a principal "
+            "that may",
+            file=sys.stderr,
+        )
+        return 2
     except (KafkaError, TimeoutError, OSError) as exc:
         print(
             f"agui-gateway topics: cannot reach Kafka at {settings.bootstrap_servers}: {exc!r}",
@@ -76,6 +85,17 @@ async def create(
         print(line)
         if report.action == "mismatch":
             status = 1
+    refused = [r for r in reports if r.action == "refused"]
+    if refused:
+        errors = sorted({r.detail.split(":")[0] for r in refused})
+        print(
+            f"agui-gateway topics: Kafka refuses {_principal(settings)} the creation of "
+            f"{len(refused)} topic{'s' if len(refused) > 1 else ''} ({', '.join(errors)}): "
+            f"{', '.join(r.topic for r in refused)}; grant it Create on them (or on the "
+            "cluster), or run this command as a principal that may create topics",
+            file=sys.stderr,
+        )
+        return 2
     if status:
         print(
             "agui-gateway topics: some topics exist with a layout this command cannot fix; "
@@ -83,6 +103,13 @@ async def create(
             file=sys.stderr,
         )
     return status
+
+
+def _principal(settings: Settings) -> str:
+    """Who Kafka refused, as its ACLs name it (no secret)."""
+    if settings.security_protocol.startswith("SASL") and settings.sasl_plain_username:
+        return f"the principal User:{settings.sasl_plain_username}"
+    return "this client's principal"
 
 
 def main(

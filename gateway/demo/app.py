@@ -70,7 +70,7 @@ async def create_topics(settings: Settings, agent: str, partitions: int, replies
     # Only the co-partitioned topics must match: the gateway refuses an agent otherwise.
     names = TopicNames(settings).for_agent(agent)
     must_match = {names.events, names.requests, names.changelog}
-    bad = [r for r in reports if r.action == "mismatch" and r.topic in must_match]
+    bad = [r for r in reports if r.action in ("mismatch", "refused") and r.topic in must_match]
     if bad:
         raise DemoSetupError(
             "; ".join(f"{r.topic}: {r.detail}" for r in bad)

@@ -30,8 +30,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import CoordinationType
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from gateway.kafka.assign.assignment import Assignment
@@ -49,6 +50,7 @@ from gateway.kafka.pairs.slot import PairKey, PairSlot
 from gateway.kafka.pairs.sweeps import SweepPlan
 from gateway.kafka.wire import clients, fetchsessions, fetchwalk
 from gateway.kafka.wire.brokerwatch import BrokerWatch
+from gateway.kafka.wire.denials import ConsumerDenial
 from gateway.kafka.wire.lag import read_lag
 from gateway.kafka.wire.replytopics import ReplyTopics
 from gateway.kafka.wire.topics import TopicNames
@@ -64,6 +66,9 @@ SWEEP_SLICE = 1000  # threads a pair's sweep looks at per round (decoding restor
 SWEEP_CHANGES = 100  # expiries announced or threads forgotten per pair per round
 PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a commit
 LAG_INTERVAL_S = 5.0
+GRANT_LOOK_S = 5.0  # longest look at whether a refused consumer's group answers again
+TOPIC_QUIET_S = 10.0  # a topic's fetch refusal is cleared after this long without one
+CONSUMER = "consumer"  # /readyz `denied` key (and gauge agent) of the consumer's own refusal
 
 
 FLAPPING_ASSIGNMENTS = 5  # assignments within FLAPPING_WINDOW_S that look like a name clash
@@ -146,6 +151,8 @@ class Gateway:
         self.sweeps = SweepPlan(settings.sweep_interval_s, SWEEP_SLICE)
         self._last_lag = 0.0
         self._lag_task: asyncio.Task[None] | None = None
+        self.consumer_denial = ConsumerDenial()
+        self._next_look = 0.0
         metrics.prime_transactions()
 
     def _broker_back(self) -> None:
@@ -171,7 +178,16 @@ class Gateway:
             log.info("gateway started", extra={"settings": self.settings.masked()})
             assert self.consumer is not None and self.assignment is not None
             while not stop.is_set():
-                batch = await self._poll()
+                try:
+                    batch = await self._poll()
+                except clients.AUTHORIZATION_ERRORS as exc:
+                    self.consumer_denial.note(exc)
+                    self._recount()
+                    if self.consumer_denial.group:
+                        await self._refused(stop)
+                    continue
+                if self.consumer_denial.denied is not None:
+                    await self._granted_again()
                 logs.KAFKA_LOGS.tick()  # "kafka connection back" once errors stopped
                 async with self.assignment.lock:
                     await self.round(batch)
@@ -206,6 +222,39 @@ class Gateway:
             if task is not None and task.cancelling():
                 raise  # the loop itself is cancelled
             return {}
+
+    async def _refused(self, stop: asyncio.Event) -> None:
+        """The consumer was refused (see `ConsumerDenial`): wait the backoff, then have
+        it join its group again once the group answers (aiokafka's heartbeat ends at a
+        refusal, and only a rejoin starts it again)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), self.consumer_denial.backoff())
+        if self.consumer is not None:
+            self.consumer._coordinator.request_rejoin()  # reach: no public call rejoins
+
+    async def _granted_again(self) -> None:
+        """Clear the consumer's refusal: the group's once its coordinator answers it again
+        (FindCoordinator needs Describe on the group, which Read implies; looked at no
+        more often than the backoff), a topic's once no fetch was refused for
+        `TOPIC_QUIET_S`."""
+        now = time.monotonic()
+        if not self.consumer_denial.group:
+            if now - self.consumer_denial.since >= TOPIC_QUIET_S:
+                self.consumer_denial.granted()
+                self._recount()
+            return
+        if self.consumer is None or now < self._next_look:
+            return
+        self._next_look = now + self.consumer_denial.backoff()
+        try:
+            async with asyncio.timeout(GRANT_LOOK_S):
+                await self.consumer._client.coordinator_lookup(
+                    CoordinationType.GROUP, self.settings.group_id
+                )
+        except (KafkaError, TimeoutError):
+            return
+        self.consumer_denial.granted()
+        self._recount()
 
     async def start(self) -> None:
         """Start the admin client and both consumers (each kept as soon as constructed, so
@@ -351,6 +400,8 @@ class Gateway:
         ]
         dropped = sorted(f"{agent}/{p}" for agent, p in a.dropped if agent not in a.refused)
         denied = {f"{ag}/{p}": f"{op} on {res}" for (ag, p), (op, res) in a.denials.denied.items()}
+        if self.consumer_denial.denied is not None:
+            denied[CONSUMER] = "{} on {}".format(*self.consumer_denial.denied)
         ok = self._running and a.assigned_once and not restoring and not dropped and not denied
         broker_ok, broker = self.broker.state()
         return ok and broker_ok, {
@@ -405,6 +456,12 @@ class Gateway:
                         # revokes them (aiokafka does so when a pattern subscription
                         # grows): nothing is judged; the revoke, or the pair again once
                         # reassigned, takes it from the last commit.
+                        continue
+                    except clients.AUTHORIZATION_ERRORS as exc:
+                        # the group's refusal, raised here rather than by the next poll:
+                        # the pair's records wait for the next round
+                        self.consumer_denial.note(exc)
+                        self._recount()
                         continue
                 slot.pair.process(position, mono, wall_ms)
         # requests behind the ones just judged, taken since their fence: looked up now
@@ -481,7 +538,10 @@ class Gateway:
         self._recount_due = False
         a = self.assignment
         if a is not None:
-            self.status.recount(a.slots.values(), a.refused, a.denials.denied)
+            denied = dict(a.denials.denied)
+            if self.consumer_denial.denied is not None:
+                denied[(CONSUMER, -1)] = self.consumer_denial.denied
+            self.status.recount(a.slots.values(), a.refused, denied)
 
     async def _lag(self) -> None:
         """The lag gauges, read anew (a task of its own, every LAG_INTERVAL_S)."""

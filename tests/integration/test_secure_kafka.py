@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.helpers import create_ssl_context
 
@@ -110,8 +111,9 @@ def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
     )
 
 
-async def setup_agent(ns: SecureNamespace) -> None:
-    """As the admin: the agent's topics (`topics create`), a reply topic, the gateway's ACLs."""
+async def setup_agent(ns: SecureNamespace, *acls_args: str, **settings: Any) -> None:
+    """As the admin: the agent's topics (`topics create`), a reply topic, the gateway's ACLs
+    (`acls` with `acls_args`, printed for a gateway with `settings`)."""
     admin_ns = ns.as_user("admin")
     report = await admin_ns.create_agent(AGENT, partitions=1)
     assert "created" in report, report
@@ -123,7 +125,7 @@ async def setup_agent(ns: SecureNamespace) -> None:
         await admin.close()
     result = await asyncio.to_thread(
         run_cli,
-        admin_ns.env(),
+        admin_ns.env(**settings),
         "acls",
         "--agent-pattern",
         AGENT,
@@ -131,6 +133,7 @@ async def setup_agent(ns: SecureNamespace) -> None:
         f"User:{GATEWAY_USER}",
         "--reply-topic-prefix",
         f"{ns.prefix}.replies.",
+        *acls_args,
         "--apply",
     )
     assert result.returncode == 0, result.stderr
@@ -233,6 +236,106 @@ async def test_gateway_with_exactly_its_acls_forwards_rejects_replies_and_restor
     assert_no_secret(ns, first.log_path.read_bytes(), second.log_path.read_bytes(), ready_body)
 
 
+@pytest.mark.parametrize(
+    ("settings", "acls_args"),
+    [
+        ({"instance_name": "gw-a"}, ()),
+        ({"instance_name": "gw-b", "instance_producers": 2}, ()),
+        ({"instance_name": "gw-c"}, ("--instance-name", "gw-*")),
+    ],
+    ids=["instance", "two-producers", "name-prefix"],
+)
+async def test_an_instance_scoped_gateway_with_exactly_its_acls_decides(
+    ns: SecureNamespace, tmp_path: Path, settings: dict[str, Any], acls_args: tuple[str, ...]
+) -> None:
+    """producer_scope=instance: the transactional ids are the instance's, and `acls` grants
+    exactly those (not the pairs' `<group>.<agent>.` prefix)."""
+    scope = {"producer_scope": "instance", **settings}
+    await setup_agent(ns, *acls_args, **scope)
+    sec = ns.security()
+    gateway = await GatewayProcess(ns, tmp_path, **scope).start()
+    thread = "t-1"
+    try:
+        await produce(
+            ns.bootstrap,
+            ns.events(AGENT),
+            [(thread, started(thread, "run-1")), (thread, interrupted(thread, "run-1", "pick"))],
+            **sec,
+        )
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, resume(thread, "run-2"))],
+            headers=reply_headers(ns, "c-bad"),
+            **sec,
+        )
+        good = resume(thread, "run-2", {"interruptId": "pick", "status": "resolved", "payload": 1})
+        await produce(
+            ns.bootstrap,
+            ns.requests(AGENT),
+            [(thread, good)],
+            headers=reply_headers(ns, "c-good"),
+            **sec,
+        )
+        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, **sec)
+        assert values(forwarded) == [good]
+        rejected = values(await collect(ns.bootstrap, ns.rejections, count=1, **sec))
+        assert [r["code"] for r in rejected[0]["reasons"]] == ["uncovered_interrupt"]
+        replies = await collect(ns.bootstrap, ns.replies(), count=2, **sec)
+        assert sorted(v["verdict"] for v in values(replies)) == ["forward", "reject"]
+        assert json.loads(gateway.http("/readyz")[1])["denied"] == {}
+    finally:
+        assert await gateway.stop() == 0, gateway.log_tail()
+    assert "permission denied" not in gateway.log_path.read_text()
+
+
+async def test_a_bridge_with_exactly_the_acls_printed_for_it_relays_a_run(
+    ns: SecureNamespace, tmp_path: Path
+) -> None:
+    """`acls --role bridge`: the bridge, as a principal with exactly those ACLs, creates
+    its run markers' topic, consumes run-requests in its group and writes the agent's
+    events in its transactions."""
+    from tests.bridge.agents import Served, scripted_agent
+    from tests.bridge.support import BridgeProcess, bridge_settings
+
+    admin_ns = ns.as_user("admin")
+    await admin_ns.create_agent(AGENT, partitions=1)
+    sec = ns.security()
+    app, _ = scripted_agent()
+    async with Served(app) as agent:
+        settings = bridge_settings(ns, {AGENT: {"url": agent.url}})
+        result = await asyncio.to_thread(
+            run_cli,
+            admin_ns.env(**settings),
+            "acls",
+            "--role",
+            "bridge",
+            "--agent-pattern",
+            AGENT,
+            "--principal",
+            "User:agui-client",
+            "--apply",
+        )
+        assert result.returncode == 0, result.stderr
+        bridge = BridgeProcess(ns.as_user("agui-client"), tmp_path, "bridge", **settings)
+        await bridge.start()
+        try:
+            request = {"threadId": "t-1", "runId": "run-1", "messages": []}
+            await produce(ns.bootstrap, ns.run_requests(AGENT), [("t-1", request)], **sec)
+            events = await collect(ns.bootstrap, ns.events(AGENT), count=5, timeout=60, **sec)
+            assert [e["type"] for e in values(events)] == [
+                "RUN_STARTED",
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_END",
+                "RUN_FINISHED",
+            ]
+        finally:
+            assert await bridge.stop() == 0, bridge.log_tail()
+    assert "denied" not in bridge.log_path.read_text().lower()
+    assert_no_secret(ns, bridge.log_path.read_bytes())
+
+
 async def test_missing_write_on_run_requests_is_reported_and_the_request_decided_once_granted(
     ns: SecureNamespace, tmp_path: Path
 ) -> None:
@@ -295,21 +398,26 @@ async def test_missing_write_on_run_requests_is_reported_and_the_request_decided
 
 
 @pytest.mark.parametrize(
-    ("side", "operation"), [("changelog", "DescribeConfigs"), ("requests", "Read")]
+    ("side", "operation"),
+    [("changelog", "DescribeConfigs"), ("requests", "Read"), ("group", "Read")],
 )
 async def test_a_missing_acl_found_while_preparing_is_reported_until_granted(
     ns: SecureNamespace, tmp_path: Path, side: str, operation: str
 ) -> None:
     await setup_agent(ns)
-    topic = ns.changelog(AGENT) if side == "changelog" else ns.requests(AGENT)
-    acl = Acl("topic", topic, "literal", operation, f"User:{GATEWAY_USER}")
+    if side == "group":  # the gateway's consumer is refused: no pair is even assigned
+        acl = Acl("group", ns.group, "literal", operation, f"User:{GATEWAY_USER}")
+        expected, key = f"{operation} on group {ns.group}", "consumer"
+    else:
+        topic = ns.changelog(AGENT) if side == "changelog" else ns.requests(AGENT)
+        acl = Acl("topic", topic, "literal", operation, f"User:{GATEWAY_USER}")
+        expected, key = f"{operation} on topic {topic}", f"{AGENT}/0"
     await change_acl(ns, acl, delete=True)
     gateway = await GatewayProcess(ns, tmp_path).start(wait=False)
     try:
-        expected = f"{operation} on topic {topic}"
         deadline = time.monotonic() + 60
         status, body = 0, b"{}"
-        while json.loads(body).get("denied", {}).get(f"{AGENT}/0") != expected:
+        while json.loads(body).get("denied", {}).get(key) != expected:
             assert time.monotonic() < deadline, (status, body, gateway.log_tail())
             await asyncio.sleep(0.3)
             with contextlib.suppress(OSError):
@@ -334,6 +442,44 @@ async def test_a_missing_acl_found_while_preparing_is_reported_until_granted(
     finally:
         assert await gateway.stop() == 0
     assert_no_secret(ns, gateway.log_path.read_bytes(), body)
+
+
+async def test_topics_create_by_a_principal_without_create_says_so_and_exits_2(
+    ns: SecureNamespace,
+) -> None:
+    """`agui-gateway` has no Create ACL: the command names the refusal and the topics,
+    not a layout it cannot fix; granted Create, the same command creates them."""
+    principal = f"User:{GATEWAY_USER}"
+    agent_topics = [ns.events(AGENT), ns.requests(AGENT), ns.run_requests(AGENT)]
+    wanted = sorted([*agent_topics, ns.changelog(AGENT), ns.rejections, ns.warnings])
+    result = await asyncio.to_thread(run_cli, ns.env(), "topics", "create", "--agent", AGENT)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"Kafka refuses the principal {principal} the creation of 6 topics" in lines[0]
+    assert "(TOPIC_AUTHORIZATION_FAILED)" in lines[0]
+    assert all(topic in lines[0] for topic in wanted)
+    assert "cannot fix" not in result.stderr and "mismatch" not in result.stdout
+    assert sorted(line.split()[1] for line in result.stdout.splitlines()) == wanted
+    assert {line.split()[0] for line in result.stdout.splitlines()} == {"refused"}
+    assert_no_secret(ns, result.stdout, result.stderr)
+
+    await change_acl(ns, Acl("topic", ns.prefix, "prefixed", "Create", principal), delete=False)
+    result = await asyncio.to_thread(run_cli, ns.env(), "topics", "create", "--agent", AGENT)
+    assert result.returncode == 0, result
+    # created; without Describe, Kafka hides them from it, and it says so
+    assert {line.split()[0] for line in result.stdout.splitlines()} == {"created"}
+    assert all("(no Describe ACL)" in line for line in result.stdout.splitlines())
+
+    # Describe granted, the existing changelog's policy is checked: DescribeConfigs refused
+    await change_acl(ns, Acl("topic", ns.prefix, "prefixed", "Describe", principal), delete=False)
+    result = await asyncio.to_thread(run_cli, ns.env(), "topics", "create", "--agent", AGENT)
+    assert result.returncode == 2, result
+    assert result.stderr.strip() == (
+        f"agui-gateway topics: Kafka refuses the principal {principal} DescribeConfigs on "
+        f"topic {ns.changelog(AGENT)} (TOPIC_AUTHORIZATION_FAILED): grant it, or run this "
+        "command as a principal that may"
+    )
 
 
 def other_ca(tmp_path: Path) -> Path:
@@ -382,3 +528,114 @@ def test_the_docs_show_the_secure_configuration_the_tests_use() -> None:
     guide = (REPO_ROOT / "docs" / "guides" / "secure-kafka.md").read_text()
     assert CONFIG.read_text() in guide
     assert os.path.relpath(CONFIG, REPO_ROOT) in guide
+
+
+class Traffic:
+    """Requests for new threads, one every `every` seconds, until stopped: each is
+    forwarded once decided."""
+
+    def __init__(self, ns: SecureNamespace, every: float = 0.1) -> None:
+        self.ns = ns
+        self.every = every
+        self.sent: list[dict] = []
+
+    async def __aenter__(self) -> Traffic:
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.ns.bootstrap, acks="all", **self.ns.security()
+        )
+        await self.producer.start()
+        self.stopping = asyncio.Event()
+        self.task = asyncio.create_task(self._send())
+        return self
+
+    async def _send(self) -> None:
+        while not self.stopping.is_set():
+            n = len(self.sent)
+            request = {"threadId": f"t-{n}", "runId": f"run-{n}", "messages": []}
+            await self.producer.send_and_wait(
+                self.ns.requests(AGENT), json.dumps(request).encode(), key=f"t-{n}".encode()
+            )
+            self.sent.append(request)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.every)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stopping.set()
+        try:
+            await self.task
+        finally:
+            await self.producer.stop()
+
+
+# What is logged for an error nobody handled: by asyncio (a future's, a task's), by
+# aiokafka (its producer's sender ended), by the gateway (an unexpected exception).
+UNHANDLED = (
+    "exception was never retrieved",
+    "Task was destroyed but it is pending",
+    "Unexpected error in sender routine",
+    '"msg":"internal error',
+)
+
+
+@pytest.mark.parametrize(
+    ("revoked", "scope"),
+    [
+        ("run-requests", "pair"),
+        ("group", "pair"),
+        ("requests", "pair"),
+        ("run-requests", "instance"),
+    ],
+)
+async def test_an_acl_revoked_while_running_is_reported_handled_and_recovered_from(
+    ns: SecureNamespace, tmp_path: Path, revoked: str, scope: str
+) -> None:
+    """Revoked while requests flow: each refusal is handled where it happens (no error
+    left for asyncio to log), reported (log, /readyz), and once the ACL is back every
+    request is forwarded exactly once."""
+    settings = {"producer_scope": scope, "instance_name": "gw-a"}
+    await setup_agent(ns, **settings)
+    sec = ns.security()
+    principal = f"User:{GATEWAY_USER}"
+    if revoked == "group":
+        acl = Acl("group", ns.group, "literal", "Read", principal)
+        expected = f"Read on group {ns.group}"
+    elif revoked == "requests":
+        acl = Acl("topic", ns.requests(AGENT), "literal", "Read", principal)
+        expected = f"Read on topic {ns.requests(AGENT)}"
+    else:
+        acl = Acl("topic", ns.run_requests(AGENT), "literal", "Write", principal)
+        expected = f"Write on topic {ns.run_requests(AGENT)}"
+    gateway = await GatewayProcess(ns, tmp_path, **settings).start()
+    try:
+        async with Traffic(ns) as traffic:
+            await collect(ns.bootstrap, ns.run_requests(AGENT), count=3, **sec)
+            await change_acl(ns, acl, delete=True)
+            deadline = time.monotonic() + 60
+            while f"permission denied: {expected}" not in gateway.log_path.read_text():
+                assert time.monotonic() < deadline, gateway.log_tail()
+                await asyncio.sleep(0.3)
+            await asyncio.sleep(4)  # requests go on arriving while it is refused
+            status, body = gateway.http("/readyz")
+            assert status == 503, body
+            assert expected in json.loads(body)["denied"].values(), body
+            await change_acl(ns, acl, delete=False)
+            await asyncio.sleep(2)
+        forwarded = await collect(
+            ns.bootstrap,
+            ns.run_requests(AGENT),
+            count=len(traffic.sent),
+            timeout=120,
+            settle=2.0,
+            **sec,
+        )
+        assert sorted(v["threadId"] for v in values(forwarded)) == sorted(
+            r["threadId"] for r in traffic.sent
+        )
+        await gateway.wait_ready(60)
+        assert json.loads(gateway.http("/readyz")[1])["denied"] == {}
+    finally:
+        assert await gateway.stop() == 0, gateway.log_tail()
+    log = gateway.log_path.read_text()
+    unhandled = [line for line in log.splitlines() if any(n in line for n in UNHANDLED)]
+    assert unhandled == []
+    assert_no_secret(ns, log, body)

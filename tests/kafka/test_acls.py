@@ -7,7 +7,15 @@ import shlex
 import pytest
 
 from gateway import cli
-from gateway.kafka.wire.acls import Acl, gateway_acls, group_acls, kafka_acls_commands, overlaps
+from gateway.kafka.wire import txnids
+from gateway.kafka.wire.acls import (
+    Acl,
+    bridge_acls,
+    gateway_acls,
+    group_acls,
+    kafka_acls_commands,
+    overlaps,
+)
 from gateway.settings import Settings
 
 P = "User:agui-gateway"
@@ -150,3 +158,157 @@ def test_a_groups_acls_are_those_of_its_shared_topics_and_say_who_may_speak(
     assert "speak for every one of its agents" in captured.err
     assert cli.main(["acls", "--group", "nope", "--principal", P]) == 2
     assert "no group 'nope'" in capsys.readouterr().err
+
+
+# --- the transactional ids: the ACLs against the ids the producers take at run time ---
+
+
+def covers(acls: list[Acl], transactional_id: str) -> bool:
+    """Whether a TransactionalId Write ACL grants `transactional_id`, as Kafka matches."""
+    return any(
+        a.resource_type == "transactional-id"
+        and a.operation == "Write"
+        and (
+            a.name == transactional_id
+            if a.pattern == "literal"
+            else transactional_id.startswith(a.name)
+        )
+        for a in acls
+    )
+
+
+async def runtime_ids(settings: Settings, keys: list[tuple[str, int]], monkeypatch) -> list[str]:
+    """The transactional ids the gateway's checkpoint starts its producers with, for the
+    pairs `keys` (every producer of the instance, with producer_scope=instance)."""
+    from prometheus_client import CollectorRegistry
+
+    from gateway.kafka.exactly_once import checkpoint, instancecheckpoint
+    from gateway.observe.metrics import Metrics
+
+    taken: list[str] = []
+
+    async def start(settings: Settings, client_id: str, transactional_id: str) -> object:
+        taken.append(transactional_id)
+        return object()
+
+    monkeypatch.setattr(checkpoint, "start_transactional", start)
+    monkeypatch.setattr(instancecheckpoint, "start_transactional", start)
+    metrics = Metrics(CollectorRegistry())
+    cp = (
+        instancecheckpoint.InstanceCheckpoint(settings, metrics, consumer=None)  # type: ignore[arg-type]
+        if settings.producer_scope == "instance"
+        else checkpoint.Checkpoint(settings, metrics, consumer=None)  # type: ignore[arg-type]
+    )
+    for key in keys:
+        await cp.open(key)
+    return taken
+
+
+PAIRS = [("support", 0), ("support", 1), ("support", 11), ("sup", 0), ("supporter", 2)]
+
+
+@pytest.mark.parametrize("group_id", ["agui-gateway", "gw.eu"])
+async def test_pair_scope_acls_cover_the_agents_pair_ids_and_no_other_agents(
+    group_id: str, monkeypatch
+) -> None:
+    settings = Settings(group_id=group_id)
+    ids = dict(zip(PAIRS, await runtime_ids(settings, PAIRS, monkeypatch), strict=True))
+    assert ids[("support", 11)] == f"{group_id}.support.11"
+    acls = gateway_acls(settings, "support", P)
+    assert [k for k, i in ids.items() if covers(acls, i)] == PAIRS[:3]
+    prefixed = gateway_acls(settings, "sup*", P)
+    assert all(covers(prefixed, i) for i in ids.values())
+    assert not covers(prefixed, f"{group_id}.other.0")
+
+
+@pytest.mark.parametrize("producers", [1, 3])
+async def test_instance_scope_acls_are_exactly_the_instance_producers_ids(
+    producers: int, monkeypatch
+) -> None:
+    settings = Settings(
+        producer_scope="instance", instance_name="gw-a", instance_producers=producers
+    )
+    ids = await runtime_ids(settings, PAIRS, monkeypatch)
+    assert len(ids) == producers and ids[0] == "agui-gateway.instance.gw-a"
+    acls = gateway_acls(settings, "support", P)
+    granted = {a.name for a in acls if a.resource_type == "transactional-id"}
+    assert granted == set(ids)
+    assert {a.pattern for a in acls if a.resource_type == "transactional-id"} == {"literal"}
+    # the pairs' ids are not granted: this gateway never takes them
+    assert not covers(acls, "agui-gateway.support.0")
+    assert not covers(acls, "agui-gateway.instance.gw-b")
+
+
+async def test_instance_names_given_replace_the_settings_one_and_a_prefix_covers_all(
+    monkeypatch,
+) -> None:
+    settings = Settings(producer_scope="instance", instance_name="here", instance_producers=2)
+    acls = gateway_acls(settings, "support", P, instance_names=["gw-0", "gw-1"])
+    for name in ("gw-0", "gw-1"):
+        other = Settings(producer_scope="instance", instance_name=name, instance_producers=2)
+        assert all(covers(acls, i) for i in await runtime_ids(other, PAIRS[:1], monkeypatch))
+    assert not covers(acls, "agui-gateway.instance.here")
+    prefixed = gateway_acls(settings, "support", P, instance_names=["gw-*"])
+    assert [a for a in prefixed if a.resource_type == "transactional-id"] == [
+        Acl("transactional-id", "agui-gateway.instance.gw-", "prefixed", "Write", P)
+    ]
+    for name in ("gw-0", "gw-17"):
+        other = Settings(producer_scope="instance", instance_name=name, instance_producers=2)
+        assert all(covers(prefixed, i) for i in await runtime_ids(other, PAIRS[:1], monkeypatch))
+
+
+def test_the_bridge_acls_cover_its_ids_and_what_it_reads_writes_and_creates() -> None:
+    settings = Settings(bridge_group_id="br")
+    acls = bridge_acls(settings, "support", P)
+    assert all(covers(acls, txnids.bridge_id(settings, "support", p)) for p in (0, 1, 12))
+    assert not covers(acls, txnids.bridge_id(settings, "supporter", 0))
+    assert not covers(acls, txnids.pair_id(settings, "support", 0))
+    assert set(acls) == {
+        Acl("topic", "agui.support.run-requests", "literal", "Read", P),
+        Acl("topic", "agui.support.events", "literal", "Write", P),
+        *(
+            Acl("topic", "agui.support.bridge-runs", "literal", op, P)
+            for op in ("Read", "Write", "Create", "DescribeConfigs")
+        ),
+        Acl("group", "br", "literal", "Read", P),
+        Acl("transactional-id", "br.support.", "prefixed", "Write", P),
+    }
+
+
+def test_the_bridge_service_takes_its_ids_from_txnids() -> None:
+    import inspect
+
+    from gateway.bridge import service
+
+    source = inspect.getsource(service)
+    assert "transactional_id=txnids.bridge_id(s, agent, tp.partition)" in source
+    assert "bridge_group_id}." not in source
+
+
+def test_instance_scope_without_names_says_whose_ids_it_prints(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("AGUI_GATEWAY_PRODUCER_SCOPE", "instance")
+    monkeypatch.setenv("AGUI_GATEWAY_INSTANCE_NAME", "gw-a")
+    assert cli.main(["acls", "--agent-pattern", "support", "--principal", P]) == 0
+    captured = capsys.readouterr()
+    assert "--transactional-id agui-gateway.instance.gw-a" in captured.out
+    assert "instance_name 'gw-a'" in captured.err
+    assert (
+        cli.main(["acls", "--agent-pattern", "support", "--principal", P, "--instance-name", "x"])
+        == 0
+    )
+    assert "instance_name" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "scope", "error"),
+    [
+        (["--instance-name", "gw-a"], "pair", "but the settings say producer_scope=pair"),
+        (["--instance-name", "a*b"], "instance", "neither an instance name nor a name prefix"),
+        (["--instance-name", ""], "instance", "neither an instance name nor a name prefix"),
+        (["--role", "bridge", "--reply-topic-prefix", "r."], "pair", "not with --role bridge"),
+    ],
+)
+def test_options_that_do_not_fit_are_refused(args, scope, error, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("AGUI_GATEWAY_PRODUCER_SCOPE", scope)
+    assert cli.main(["acls", "--agent-pattern", "support", "--principal", P, *args]) == 2
+    assert error in capsys.readouterr().err

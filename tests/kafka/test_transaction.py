@@ -137,3 +137,101 @@ async def test_a_topic_the_metadata_does_not_show_yet_is_waited_for(monkeypatch,
     assert client._topics == {"a.run-requests", "fresh-replies"}
     # it waited (here until its bound, as this update never comes), then went on
     assert "metadata update for written topics failed" in caplog.text
+
+
+# --- an ACL revoked under a transaction: handled where Kafka refuses it --------------
+
+
+def in_transaction() -> Any:
+    from aiokafka.producer.transaction_manager import TransactionManager
+
+    manager = TransactionManager("gw.support.0", 60000)
+    manager.set_pid_and_epoch(7, 0)
+    manager.begin_transaction()
+    transaction.watch_transaction(SimpleNamespace(_txn_manager=manager))  # type: ignore[arg-type]
+    return manager
+
+
+async def test_a_txn_offset_commit_refused_on_a_topic_fails_the_transaction_naming_it() -> None:
+    """aiokafka's own handler raises this in the sender routine, ending the producer."""
+    from aiokafka.errors import TopicAuthorizationFailedError
+    from aiokafka.producer.sender import TxnOffsetCommitHandler
+    from aiokafka.producer.transaction_manager import TransactionState
+
+    from gateway.kafka.wire import clients
+
+    manager = in_transaction()
+    sender = SimpleNamespace(_txn_manager=manager, _retry_backoff=0.1)
+    refused = TopicAuthorizationFailedError.errno
+    response = SimpleNamespace(errors=[("agui.support.requests", [(0, refused)])])
+    with_aiokafkas = TxnOffsetCommitHandler(sender, {}, "gw")
+    try:
+        with_aiokafkas.handle_response(response)
+        raise AssertionError("aiokafka's handler handles it now: drop ours")
+    except TopicAuthorizationFailedError:
+        pass  # what ended the sender routine
+
+    assert transaction._OffsetCommitHandler(sender, {}, "gw").handle_response(response) is None
+    assert manager.state == TransactionState.ABORTABLE_ERROR
+    error = manager.wait_for_transaction_end().exception()
+    assert clients.describe_denial(error) == ("Read", "topic agui.support.requests")
+
+
+async def test_a_failed_transactions_error_is_read_where_it_is_raised_only(caplog) -> None:
+    """The waiter aiokafka drops unread at the abort (asyncio logged it at collection)."""
+    import gc
+
+    from aiokafka.errors import GroupAuthorizationFailedError
+
+    manager = in_transaction()
+    manager.error_transaction(GroupAuthorizationFailedError("gw"))
+    manager.aborting_transaction()  # replaces the failed waiter, unread
+    await asyncio.sleep(0)  # the done callbacks run
+    gc.collect()
+    assert "exception was never retrieved" not in caplog.text
+
+
+async def test_a_delivery_nobody_awaits_any_more_is_read_when_it_fails(caplog) -> None:
+    import gc
+
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    transaction.watch_failures([future])
+    future.set_exception(RuntimeError("refused"))
+    await asyncio.sleep(0)
+    del future
+    gc.collect()
+    assert "exception was never retrieved" not in caplog.text
+
+
+async def test_a_rewind_skips_a_partition_revoked_while_its_offset_was_looked_up() -> None:
+    """A rebalance (the topic's Read revoked, say) while `committed` is awaited: aiokafka
+    asserts at a seek on a partition no longer assigned, which failed the commit."""
+    from aiokafka import TopicPartition
+
+    from gateway.kafka.exactly_once.groupoffsets import rewind
+
+    events = TopicPartition("agui.support.events", 0)
+    tp = TopicPartition("agui.support.requests", 0)
+
+    class Consumer:
+        assigned = {events, tp}
+        seeks: list[TopicPartition] = []
+
+        def assignment(self) -> set[TopicPartition]:
+            return set(self.assigned)
+
+        async def committed(self, partition: TopicPartition) -> int:
+            self.assigned = set()  # revoked meanwhile
+            return 5
+
+        def seek(self, partition: TopicPartition, offset: int) -> None:
+            assert partition in self.assigned, "aiokafka: assignment is None"
+            self.seeks.append(partition)
+
+    consumer = Consumer()
+    await rewind(consumer, [tp], {})  # type: ignore[arg-type]
+    assert consumer.seeks == []
+    # and a partition after one whose offset was looked up (the assignment read once)
+    consumer.assigned = {events, tp}
+    await rewind(consumer, [events, tp], {tp: 3})  # type: ignore[arg-type]
+    assert consumer.seeks == []

@@ -289,7 +289,7 @@ class Preparer:
         )
         count = len(events or requests or ())
         report = await self.changelogs.ensure(topics.changelog, count)
-        if report.action == "mismatch":
+        if report.action in ("mismatch", "refused"):
             return f"changelog topic {report.topic}: {report.detail}. Agent refused"
         return None
 

@@ -37,6 +37,7 @@ from gateway.kafka.exactly_once.transaction import (
     stop_producer,
 )
 from gateway.kafka.pairs.round import Round
+from gateway.kafka.wire import txnids
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 
@@ -118,7 +119,7 @@ class Checkpoint:
         agent, partition = key
         s = self.settings
         self._producers[key] = await start_transactional(
-            s, f"{s.client_id}-{agent}-{partition}", f"{s.group_id}.{agent}.{partition}"
+            s, f"{s.client_id}-{agent}-{partition}", txnids.pair_id(s, agent, partition)
         )
 
     async def close(self, key: PairKey) -> None:

@@ -104,6 +104,7 @@ from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.protocol.api import Request
 
 from gateway.kafka.exactly_once.groupoffsets import COORDINATOR_MOVED, group_coordinator
+from gateway.kafka.exactly_once.transaction import topic_refused
 from gateway.kafka.wire.fencewire import GroupMetadata, TxnOffsetCommitRequestV3, prepare
 
 # Error codes of the KIP-447 fence (Kafka's protocol error table); aiokafka 0.14
@@ -237,6 +238,13 @@ class _Kip447CommitHandler(TxnOffsetCommitHandler):  # type: ignore[misc]  # rea
                     raise kafka_errors.ProducerFenced()
                 if error_type is kafka_errors.TransactionalIdAuthorizationFailed:
                     raise error_type(txn_manager.transactional_id)
+                if error_type is kafka_errors.GroupAuthorizationFailedError:
+                    _fail_abortable(txn_manager, error_type(self._group_id))  # names the group
+                    return None
+                if error_type is kafka_errors.TopicAuthorizationFailedError:
+                    # no Read on the topic: the refusal names it, as a missing ACL
+                    _fail_abortable(txn_manager, topic_refused([topic]))
+                    return None
                 # anything else (a refused group ACL, an unknown code): abort, never commit
                 _fail_abortable(
                     txn_manager,

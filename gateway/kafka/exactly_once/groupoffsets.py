@@ -104,11 +104,14 @@ async def _fetch_once(
         kafka_errors.KafkaConnectionError,
     ) as exc:
         return type(exc).__name__
+    except kafka_errors.GroupAuthorizationFailedError:
+        # aiokafka's look-up names no group: the refusal names it (see describe_denial)
+        raise kafka_errors.GroupAuthorizationFailedError(group_id) from None
     top = response.error_code
     if top in COORDINATOR_MOVED:
         return kafka_errors.for_code(top).__name__
     if top != 0:
-        raise kafka_errors.for_code(top)(f"OffsetFetch for group {group_id!r}")
+        raise _error(top, group_id, f"OffsetFetch for group {group_id!r}")
     offsets: dict[TopicPartition, int | None] = {}
     for topic, parts, _ in response.topics:
         for partition, offset, _epoch, _metadata, error_code, _ in parts:
@@ -118,9 +121,17 @@ async def _fetch_once(
             if error_code in COORDINATOR_MOVED:
                 return kafka_errors.for_code(error_code).__name__
             if error_code != 0:
-                raise kafka_errors.for_code(error_code)(f"OffsetFetch {tp} of group {group_id!r}")
+                raise _error(error_code, group_id, f"OffsetFetch {tp} of group {group_id!r}")
             offsets[tp] = offset if offset >= 0 else None
     return {tp: offsets.get(tp) for tp in wanted}
+
+
+def _error(code: int, group_id: str, what: str) -> Exception:
+    """The error of `code`; a refused group's names the group alone, as aiokafka's do."""
+    error = kafka_errors.for_code(code)
+    if error is kafka_errors.GroupAuthorizationFailedError:
+        return error(group_id)
+    return error(what)
 
 
 Fetch = Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int | None]]]
@@ -174,13 +185,16 @@ async def rewind(
 ) -> None:
     """Seek each still-assigned partition back to the last committed offset (`ours`:
     what this instance knows it committed)."""
-    assignment = consumer.assignment()
     for tp in tps:
-        if tp not in assignment:
+        # asked afresh each time: a rebalance may revoke partitions at any await here,
+        # and aiokafka asserts at a seek on a partition no longer assigned
+        if tp not in consumer.assignment():
             continue  # revoked meanwhile: its next owner starts at the committed offset
         offset = ours.get(tp)
         if offset is None:
             offset = await consumer.committed(tp)
+            if tp not in consumer.assignment():
+                continue  # revoked while its offset was looked up
         if offset is not None:
             consumer.seek(tp, offset)
         else:

@@ -48,6 +48,8 @@ from collections.abc import Callable, Iterable
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from gateway.kafka.exactly_once import transaction
+
 # How long offsets may stay pending after the pair's producer was initialised
 # before they are taken for a hanging transaction's and swept. A transaction of
 # the previous owner is finished by then (initialising the producer waits for
@@ -70,11 +72,12 @@ async def sweep(
     aborted with it): pass the last committed ones.
     """
     ordered = sorted(set(partitions))
-    await producer.begin_transaction()
+    await transaction.begin(producer)
     try:
         add_partitions(producer, ordered)
         await producer.send_offsets_to_transaction(offsets, group_id)
     finally:
+        transaction.watch_transaction(producer)
         await producer.abort_transaction()
     return ordered
 

@@ -43,6 +43,7 @@ from gateway.kafka.exactly_once.transaction import (
     start_transactional,
     stop_producer,
 )
+from gateway.kafka.wire import txnids
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 
@@ -69,9 +70,7 @@ class InstanceCheckpoint:
         return self.transactional_id_of(0)
 
     def transactional_id_of(self, index: int) -> str:
-        s = self.settings
-        base = f"{s.group_id}.instance.{s.instance_name}"
-        return base if index == 0 else f"{base}.{index}"
+        return txnids.instance_id(self.settings, index)
 
     def holds(self, key: PairKey) -> bool:
         return key in self._keys

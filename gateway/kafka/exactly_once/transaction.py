@@ -13,11 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import types
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.client import CoordinationType
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    KafkaError,
+    ProducerFenced,
+    TopicAuthorizationFailedError,
+)
+from aiokafka.producer.sender import TxnOffsetCommitHandler
 
 from gateway.codec.records import OutRecord
 from gateway.kafka.wire import clients
@@ -76,8 +84,46 @@ async def bounded(settings: Settings) -> AsyncIterator[None]:
         ) from None
 
 
+def read_failure(future: asyncio.Future[Any]) -> None:
+    """Mark a failed future's exception as read (a done callback): whoever awaits the
+    future still gets it raised."""
+    if not future.cancelled():
+        future.exception()
+
+
+def watch_failures(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Read each future's exception once it fails, so that one nobody awaits any more
+    (the transaction failed earlier, at its offsets) is not logged by asyncio as
+    "Future exception was never retrieved": the transaction's failure is logged once,
+    where it is handled."""
+    for future in futures:
+        future.add_done_callback(read_failure)
+
+
+def watch_transaction(producer: AIOKafkaProducer) -> None:
+    """Read the error aiokafka keeps for the producer's current transaction.
+
+    A transaction that fails (a refused AddPartitionsToTxn or TxnOffsetCommit, a
+    missing ACL) has its error set on the call that failed, which raises it, and on
+    the transaction manager's waiter too; the abort that follows replaces that waiter
+    unread, and asyncio then logs the error's traceback as "Future exception was never
+    retrieved". Called once a transaction begins, and before an abort or a stop (a
+    fatal error may have set a fresh waiter)."""
+    manager = getattr(producer, "_txn_manager", None)  # reach: the waiter is aiokafka's own
+    waiter = getattr(manager, "_transaction_waiter", None)
+    if waiter is not None:
+        waiter.add_done_callback(read_failure)
+
+
+async def begin(producer: AIOKafkaProducer) -> None:
+    """Begin a transaction whose error, if it fails, is read where it is raised only."""
+    await producer.begin_transaction()
+    watch_transaction(producer)
+
+
 async def abort_quietly(producer: AIOKafkaProducer) -> None:
     """Abort the open transaction after a failure, for at most `GIVE_UP_S`."""
+    watch_transaction(producer)
     with contextlib.suppress(Exception):
         async with asyncio.timeout(GIVE_UP_S):
             await producer.abort_transaction()
@@ -87,6 +133,7 @@ async def stop_producer(producer: AIOKafkaProducer | None) -> None:
     """Stop a producer, for at most `GIVE_UP_S` (its connections are then left to close
     with the process: a producer stuck in a transaction may not stop at all)."""
     if producer is not None:
+        watch_transaction(producer)
         with contextlib.suppress(Exception):
             async with asyncio.timeout(GIVE_UP_S):
                 await producer.stop()
@@ -110,6 +157,7 @@ async def start_transactional(
         # retriable NOT_ENOUGH_REPLICAS; retry soon rather than after 100 ms.
         retry_backoff_ms=10,
     )
+    install_offset_refusals(producer)
     try:
         await producer.start()
     except BaseException:
@@ -120,14 +168,67 @@ async def start_transactional(
     return producer
 
 
+def topic_refused(topics: Iterable[str]) -> TopicAuthorizationFailedError:
+    """The refusal of committing offsets of `topics` in a transaction: TxnOffsetCommit
+    needs Read on each topic."""
+    exc = TopicAuthorizationFailedError(",".join(sorted(set(topics))))
+    exc.operation = "Read"  # type: ignore[attr-defined]  # read by clients.describe_denial
+    return exc
+
+
+class _OffsetCommitHandler(TxnOffsetCommitHandler):  # type: ignore[misc]
+    """aiokafka's TxnOffsetCommit handler, except for a topic Kafka refuses (no Read on
+    it, revoked while the gateway runs): aiokafka raises that in its sender routine,
+    which ends the producer ("Unexpected error in sender routine", then every call
+    fails with "Unexpected error during batch delivery"). Here it fails the
+    transaction, to be aborted, as aiokafka does for a refused group."""
+
+    def handle_response(self, resp: Any) -> float | None:
+        refused = [
+            topic
+            for topic, partitions in resp.errors
+            for _, code in partitions
+            if code == TopicAuthorizationFailedError.errno
+        ]
+        if refused:
+            self._sender._txn_manager.error_transaction(topic_refused(refused))
+            return None
+        result: float | None = super().handle_response(resp)
+        return result
+
+
+def install_offset_refusals(producer: AIOKafkaProducer) -> None:
+    """Have the producer's sender commit transactional offsets with `_OffsetCommitHandler`
+    (reach: aiokafka's sender builds its handler inside this method). With
+    producer_scope=instance, `groupfence` installs its own, which does the same."""
+    sender = getattr(producer, "_sender", None)
+    if sender is None:  # not aiokafka's producer
+        return
+
+    async def do_txn_offset_commit(self: Any, offsets: Any, group_id: str) -> None:
+        if not offsets:
+            return
+        try:
+            node_id = await self._find_coordinator(CoordinationType.GROUP, group_id)
+        except GroupAuthorizationFailedError:
+            # aiokafka's look-up names no group: the refusal names it
+            self._txn_manager.error_transaction(GroupAuthorizationFailedError(group_id))
+            return
+        await _OffsetCommitHandler(self, offsets, group_id).do(node_id)
+
+    sender._do_txn_offset_commit = types.MethodType(do_txn_offset_commit, sender)
+
+
 async def begin_and_send(
     producer: AIOKafkaProducer, records: list[OutRecord]
 ) -> list[asyncio.Future[object]]:
     """Begin a transaction and send `records` in it, every topic tracked first; the
     delivery futures, each to be checked before the commit."""
-    await producer.begin_transaction()
+    await begin(producer)
     await track_topics(producer, {r.topic for r in records})
-    return await send_batched(producer, records)
+    delivered = await send_batched(producer, records)
+    watch_failures(delivered)
+    return delivered
 
 
 async def send_batched(

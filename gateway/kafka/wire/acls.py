@@ -10,21 +10,30 @@ DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
   create changelogs itself; `topics create` makes them)
 - reply: Topic WRITE on the reply topics
 - its consumer group: Group READ (joins, fetches and commits offsets in transactions)
-- its transactional ids `<group_id>.<agent>.<partition>`: TransactionalId WRITE.
-  A transactional producer is idempotent under that permission: no Cluster
-  IDEMPOTENT_WRITE is needed.
+- its transactional ids: TransactionalId WRITE. A transactional producer is
+  idempotent under that permission: no Cluster IDEMPOTENT_WRITE is needed. Which
+  ids depends on `producer_scope` (see `gateway.kafka.wire.txnids`, which builds them
+  for the producers and for these ACLs alike): `<group_id>.<agent>.<partition>`
+  (prefixed `<group_id>.<agent>.`) per pair, or `<group_id>.instance.<instance_name>`
+  and its `.1` ... `.<instance_producers - 1>` per instance (literal, for each
+  instance named; prefixed for a name prefix `gw-*`).
+
+The bridge (`agui-gateway bridge`, `bridge_acls`) reads run-requests, writes
+events and its run markers (a topic it creates and checks is compacted), in its
+own group `bridge_group_id` with transactional ids `<bridge_group_id>.<agent>.<partition>`.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import for_code
 from aiokafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest
 
+from gateway.kafka.wire import txnids
 from gateway.settings import Settings
 
 _AGENT = "{agent}"
@@ -32,7 +41,14 @@ _AGENT = "{agent}"
 # Kafka's protocol codes (org.apache.kafka.common.resource / acl).
 RESOURCE_TYPES = {"topic": 2, "group": 3, "cluster": 4, "transactional-id": 5}
 PATTERN_TYPES = {"literal": 3, "prefixed": 4}
-OPERATIONS = {"Read": 3, "Write": 4, "Create": 5, "DescribeConfigs": 10, "IdempotentWrite": 12}
+OPERATIONS = {
+    "Read": 3,
+    "Write": 4,
+    "Create": 5,
+    "Describe": 8,
+    "DescribeConfigs": 10,
+    "IdempotentWrite": 12,
+}
 ALLOW = 3
 
 
@@ -45,14 +61,11 @@ class Acl:
     principal: str
 
 
-def gateway_acls(
-    settings: Settings,
-    agent_pattern: str,
-    principal: str,
-    reply_topic_prefixes: Iterable[str] = (),
-    create_changelogs: bool = False,
-) -> list[Acl]:
-    """The gateway's ACLs for the agents `agent_pattern` names: one agent, or `prefix*`."""
+def _agent_topics(
+    settings: Settings, agent_pattern: str, principal: str
+) -> Callable[..., list[Acl]]:
+    """`topic(template, *operations)`: the ACLs on the topics of `template` for the agents
+    `agent_pattern` names (literal for one agent, prefixed for `prefix*`)."""
     prefixed = agent_pattern.endswith("*")
     agent = agent_pattern[:-1] if prefixed else agent_pattern
     pattern = "prefixed" if prefixed else "literal"
@@ -65,6 +78,58 @@ def gateway_acls(
     def topic(template: str, *operations: str) -> list[Acl]:
         return [Acl("topic", name(template), pattern, op, principal) for op in operations]
 
+    return topic
+
+
+def _agent_part(agent_pattern: str) -> str:
+    """The agent part of an id for `agent_pattern`: the name, or the prefix then VARIES."""
+    if agent_pattern.endswith("*"):
+        return agent_pattern[:-1] + txnids.VARIES
+    return agent_pattern
+
+
+def transactional_ids(
+    settings: Settings,
+    agent_pattern: str,
+    principal: str,
+    instance_names: Iterable[str] = (),
+) -> list[Acl]:
+    """TransactionalId Write on exactly the ids the gateway's producers take, by
+    `producer_scope`: every partition of the agents named (pair), or each producer of
+    each instance named (instance; default: `instance_name` of the settings), all of
+    the instances whose name starts so for `prefix*`."""
+    if settings.producer_scope == "pair":
+        head = txnids.prefix_of(txnids.pair_id, settings, _agent_part(agent_pattern), txnids.VARIES)
+        return [Acl("transactional-id", head, "prefixed", "Write", principal)]
+    acls = []
+    for name in list(instance_names) or [settings.instance_name]:
+        if name.endswith("*"):
+            head = txnids.prefix_of(txnids.instance_id, settings, 0, name[:-1] + txnids.VARIES)
+            acls.append(Acl("transactional-id", head, "prefixed", "Write", principal))
+            continue
+        acls += [
+            Acl(
+                "transactional-id",
+                txnids.instance_id(settings, index, name),
+                "literal",
+                "Write",
+                principal,
+            )
+            for index in range(settings.instance_producers)
+        ]
+    return acls
+
+
+def gateway_acls(
+    settings: Settings,
+    agent_pattern: str,
+    principal: str,
+    reply_topic_prefixes: Iterable[str] = (),
+    create_changelogs: bool = False,
+    instance_names: Iterable[str] = (),
+) -> list[Acl]:
+    """The gateway's ACLs for the agents `agent_pattern` names: one agent, or `prefix*`."""
+    topic = _agent_topics(settings, agent_pattern, principal)
     changelog_ops = ["Read", "Write", "DescribeConfigs"] + (["Create"] if create_changelogs else [])
     acls = [
         *topic(settings.events_topic, "Read"),
@@ -75,16 +140,34 @@ def gateway_acls(
         Acl("topic", settings.warnings_topic, "literal", "Write", principal),
         *(Acl("topic", p, "prefixed", "Write", principal) for p in reply_topic_prefixes),
         Acl("group", settings.group_id, "literal", "Read", principal),
-        Acl("transactional-id", f"{settings.group_id}.{agent}", "prefixed", "Write", principal)
-        if prefixed
-        else Acl(
-            "transactional-id", f"{settings.group_id}.{agent}.", "prefixed", "Write", principal
-        ),
+        *transactional_ids(settings, agent_pattern, principal, instance_names),
     ]
+    return _sorted(acls)
+
+
+def bridge_acls(settings: Settings, agent_pattern: str, principal: str) -> list[Acl]:
+    """The bridge's ACLs for the agents `agent_pattern` names: it consumes run-requests
+    in its group, writes events and its run markers in transactions, and creates the
+    markers' topic (and checks that it is compacted)."""
+    topic = _agent_topics(settings, agent_pattern, principal)
+    part = _agent_part(agent_pattern)
+    head = txnids.prefix_of(txnids.bridge_id, settings, part, txnids.VARIES)
+    return _sorted(
+        [
+            *topic(settings.run_requests_topic, "Read"),
+            *topic(settings.events_topic, "Write"),
+            *topic(settings.bridge_runs_topic, "Read", "Write", "Create", "DescribeConfigs"),
+            Acl("group", settings.bridge_group_id, "literal", "Read", principal),
+            Acl("transactional-id", head, "prefixed", "Write", principal),
+        ]
+    )
+
+
+def _sorted(acls: Iterable[Acl]) -> list[Acl]:
     return sorted(set(acls), key=lambda a: (a.resource_type, a.name, a.pattern, a.operation))
 
 
-def overlaps(settings: Settings, agent_pattern: str) -> list[str]:
+def overlaps(settings: Settings, agent_pattern: str, role: str = "gateway") -> list[str]:
     """For `prefix*`: the prefixed topic ACLs that also reach another kind of topic.
 
     With the default templates (`agui.{agent}.events`, ...) every per-agent topic
@@ -95,15 +178,21 @@ def overlaps(settings: Settings, agent_pattern: str) -> list[str]:
     if not agent_pattern.endswith("*"):
         return []
     agent = agent_pattern[:-1]
-    heads = {
-        kind: template.split(_AGENT)[0] + agent
-        for kind, template in (
+    templates = (
+        (
+            ("run-requests", settings.run_requests_topic),
+            ("events", settings.events_topic),
+            ("bridge-runs", settings.bridge_runs_topic),
+        )
+        if role == "bridge"
+        else (
             ("events", settings.events_topic),
             ("requests", settings.requests_topic),
             ("run-requests", settings.run_requests_topic),
             ("changelog", settings.changelog_topic),
         )
-    }
+    )
+    heads = {kind: template.split(_AGENT)[0] + agent for kind, template in templates}
     notes = []
     for kind, head in heads.items():
         others = [k for k, h in heads.items() if k != kind and h.startswith(head)]

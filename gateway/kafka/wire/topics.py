@@ -5,10 +5,17 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError, for_code
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    for_code,
+)
 
 from gateway.settings import Settings
 
@@ -68,28 +75,47 @@ class TopicNames:
 @dataclass(frozen=True, slots=True)
 class TopicReport:
     topic: str
-    action: str  # created | exists | mismatch
+    action: str  # created | exists | mismatch | refused (Kafka refused the principal)
     detail: str = ""
 
 
-async def _describe_partitions(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+# What CreateTopics answers, per topic, to a principal without the Create ACL: on the
+# topic (or the cluster) in current brokers, on the cluster in some older ones.
+CREATE_REFUSALS = (TopicAuthorizationFailedError, ClusterAuthorizationFailedError)
+
+
+async def _describe_partitions(
+    admin: AIOKafkaAdminClient, names: list[str], hidden: set[str] | None = None
+) -> dict[str, int]:
+    """Each topic's partition count; topics Kafka hides from the principal (no Describe
+    ACL) are added to `hidden`."""
     found: dict[str, int] = {}
     if not names:
         return found
     for topic in await admin.describe_topics(names):
-        if topic.get("error_code", 0) == 0:
+        code = topic.get("error_code", 0)
+        if code == 0:
             found[topic["topic"]] = len(topic.get("partitions") or [])
+        elif code == TopicAuthorizationFailedError.errno and hidden is not None:
+            hidden.add(topic["topic"])
     return found
 
 
 async def _wait_visible(
-    admin: AIOKafkaAdminClient, names: list[str], created: list[str], timeout_s: float = 15.0
+    admin: AIOKafkaAdminClient,
+    names: list[str],
+    created: list[str],
+    timeout_s: float = 15.0,
+    hidden: set[str] | None = None,
 ) -> dict[str, int]:
-    """Partition counts once the created topics show in metadata (bounded wait)."""
+    """Partition counts once the created topics show in metadata, or are hidden from
+    the principal (bounded wait)."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        existing = await _describe_partitions(admin, names)
-        if all(name in existing for name in created):
+        if hidden is not None:
+            hidden.clear()
+        existing = await _describe_partitions(admin, names, hidden)
+        if all(name in existing or name in (hidden or ()) for name in created):
             return existing
         if asyncio.get_running_loop().time() >= deadline:
             return existing
@@ -118,7 +144,8 @@ async def ensure_topics(
     admin: AIOKafkaAdminClient,
     wanted: dict[str, tuple[int, dict[str, str]]],
 ) -> list[TopicReport]:
-    """Create each missing topic; report existing ones whose layout differs.
+    """Create each missing topic; report existing ones whose layout differs, and ones
+    Kafka refused to create for want of an ACL (`refused`).
 
     `wanted` maps a topic to (partitions, configs). Idempotent. However many topics,
     it asks Kafka a bounded number of times: one Metadata request for what exists,
@@ -128,16 +155,19 @@ async def ensure_topics(
     existing = await _describe_partitions(admin, list(wanted))
     missing = [name for name in wanted if name not in existing]
     reports: list[TopicReport] = []
+    failed: dict[str, tuple[type[KafkaError], str]] = {}
+    hidden: set[str] = set()  # topics Kafka hides from this principal (no Describe)
     if missing:
         new = [
             NewTopic(name, wanted[name][0], 1, topic_configs=wanted[name][1]) for name in missing
         ]
         try:
-            await admin.create_topics(new)
+            failed = create_errors(await admin.create_topics(new))
         except TopicAlreadyExistsError:
             pass  # created concurrently: checked below like any existing topic
-        existing = await _wait_visible(admin, list(wanted), missing)
-        reports.extend(TopicReport(name, "created") for name in missing if name in existing)
+        creating = [name for name in missing if name not in failed]
+        existing = await _wait_visible(admin, list(wanted), creating, hidden=hidden)
+        reports.extend(TopicReport(name, "created") for name in creating if name in existing)
     policies = await _describe_cleanups(
         admin,
         [
@@ -147,7 +177,20 @@ async def ensure_topics(
         ],
     )
     for name, (partitions, configs) in wanted.items():
+        if name in failed:
+            error, message = failed[name]
+            if issubclass(error, CREATE_REFUSALS):
+                reports.append(TopicReport(name, "refused", f"{error.message}: may not create it"))
+            else:
+                why = f"{error.message}" + (f": {message}" if message else "")
+                reports.append(TopicReport(name, "mismatch", f"could not be created ({why})"))
+            continue
         if name in missing and name in existing:
+            continue
+        if name in hidden:
+            reports.append(
+                TopicReport(name, "created", "Kafka hides it from this principal (no Describe ACL)")
+            )
             continue
         if name not in existing:
             reports.append(TopicReport(name, "mismatch", "could not be created"))
@@ -164,6 +207,19 @@ async def ensure_topics(
         else:
             reports.append(TopicReport(name, "exists"))
     return reports
+
+
+def create_errors(response: Any) -> dict[str, tuple[type[KafkaError], str]]:
+    """The topics a CreateTopics response did not create: Kafka's error and message for
+    each. One that exists already is not among them (it is checked as existing)."""
+    failed: dict[str, tuple[type[KafkaError], str]] = {}
+    for entry in response.topic_errors:
+        name, code = entry[0], entry[1]
+        if code in (0, TopicAlreadyExistsError.errno):
+            continue
+        message = entry[2] if len(entry) > 2 and entry[2] else ""
+        failed[name] = (for_code(code), message)
+    return failed
 
 
 def agent_topic_layout(
