@@ -80,7 +80,6 @@ PARTITIONS = 4  # an agent's own topics
 SHARED_PARTITIONS = 4  # rejections and warnings
 GROUP = "fleet"  # the group layout's one group
 AGENT_PATTERN = "a[0-9]+"  # the fleet's agent names: a0000, a0001, ...
-LAYOUTS = ("agent", "group")
 RATES = (50.0, 200.0)
 ADD_AGENT_RATE = 50.0
 AFTER_ASSIGNED_S = 2.0
@@ -678,7 +677,18 @@ SUPPORTING = {
 
 
 def _layouts(ctx: Context) -> list[str]:
-    return list(LAYOUTS) if ctx.fleet_layout == "both" else [ctx.fleet_layout]
+    """The layouts measured, the group's first at each size: the broker is still busy for
+    a while after deleting an agent layout's thousands of partitions."""
+    return ["group", "agent"] if ctx.fleet_layout == "both" else [ctx.fleet_layout]
+
+
+async def _deleted(admin: Admin, prefix: str, timeout: float) -> None:
+    """Until the broker lists no topic under `prefix` (or `timeout` s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(t.startswith(prefix) for t in await admin.client.list_topics()):
+            return
+        await asyncio.sleep(1.0)
 
 
 def _what(r: dict[str, Any]) -> str:
@@ -720,15 +730,25 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     open_files = _raise_open_files()
     results: list[dict[str, Any]] = []
     skipped: dict[str, list[int]] = {}
-    for layout in layouts:
-        for n, agents in enumerate(sizes):
-            result = await one_size(ctx, agents, layout)
+    for agents in sizes:  # each size in each layout side by side, before the next size
+        for layout in layouts:
+            if layout in skipped:
+                continue
+            try:
+                result = await one_size(ctx, agents, layout)
+            except Exception as exc:  # one layout's failure leaves the other's figures
+                ctx.log(f"fleet {agents} ({layout} layout): FAILED {exc!r}")
+                result = {"layout": layout, "agents": agents, "not_ready": f"failed: {exc!r}"}
+                result["pairs"] = agents * PARTITIONS if layout == "agent" else 0
+                result["partitions"] = (
+                    PARTITIONS if layout == "agent" else ctx.size.fleet_group_partitions
+                )
             results.append(result)
-            async with Admin(ctx.bootstrap) as admin:  # free the broker before the next size
+            async with Admin(ctx.bootstrap) as admin:  # free the broker before the next one
                 await admin.delete_namespace(namespace_of(ctx, agents, layout) + ".")
+                await _deleted(admin, namespace_of(ctx, agents, layout) + ".", 180)
             if "not_ready" in result:
-                skipped[layout] = sizes[n + 1 :]
-                break
+                skipped[layout] = [n for n in sizes if n > agents]
     for r in results:
         if "rss_bytes" in r:
             r["rss_mib"] = round(r["rss_bytes"] / 2**20, 1)
@@ -776,7 +796,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         "add one agent: worst / p99 of the others; rebalance",
     ]
     rows = []
-    for r in results:
+    for r in sorted(results, key=lambda r: (r["agents"], r["layout"])):  # agent, then group
         n = r["agents"]
         first = [_layout_cell(r), f"{n:,} ({r['pairs']:,})"]
         if "not_ready" in r:
