@@ -2,7 +2,8 @@
 
     .venv/bin/python -m bench [--size tiny|small|medium|full] [--out bench/results]
                               [--bootstrap HOST:PORT] [--only ingest,decisions,...]
-                              [--fleet 1,10,50,200,1000] [--profile] [--repeat N]
+                              [--fleet 1,10,50,200,1000] [--fleet-layout both]
+                              [--profile] [--repeat N]
                               [--interrupt-share 0.3]
 
 Without --bootstrap it starts (or reuses) the local broker with
@@ -80,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N,N,...",
         help="fleet sizes in agents (4 partitions each), e.g. 1,10,50,200,1000 "
         "(default per size: tiny 2; small 1,10,50; full 1,10,50,200,1000)",
+    )
+    p.add_argument(
+        "--fleet-layout",
+        choices=("agent", "group", "both"),
+        default="both",
+        help="the fleet's layout: agent (each agent on topics of its own, 4 partitions each), "
+        "group (all agents in one group on shared topics), or both side by side (default)",
     )
     p.add_argument("--seed", type=int, default=20250601)
     p.add_argument(
@@ -182,7 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     if any(n < 1 for n in fleet):
         print("bench: every --fleet size must be at least 1 agent", file=sys.stderr)
         return 2
-    if "fleet" in only and max(fleet or size.fleet_agents) >= 200 and not args.bootstrap:
+    if (
+        "fleet" in only
+        and args.fleet_layout != "group"
+        and max(fleet or size.fleet_agents) >= 200
+        and not args.bootstrap
+    ):
         # a broker this run starts: 512 MB of heap is not enough for hundreds of agents
         os.environ.setdefault("KAFKA_HEAP_OPTS", FLEET_BROKER_HEAP)
     if args.repeat:
@@ -211,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         work=work,
         fleet=fleet,
         fleet_producer_scope=args.fleet_producer_scope,
+        fleet_layout=args.fleet_layout,
     )
     counting = _configure_logs(work)
     source_at_start = source_version(brokers.REPO_ROOT)

@@ -43,6 +43,9 @@ class Size:
     # the gateway's discovery_interval_ms in the fleet (None: its default); tiny only
     # shortens the wait for a new agent's topics to be seen
     fleet_discovery_ms: int | None = 1000
+    # the fleet's group layout (issue 26): partitions of the one group's topics, chosen for
+    # the fleet's traffic (at most 200 requests/s in total), not its number of agents
+    fleet_group_partitions: int = 8
 
 
 SMALL = Size(
@@ -144,6 +147,7 @@ class Context:
     work: Path  # scratch dir (gateway logs, profiles in progress)
     fleet: tuple[int, ...] = ()  # --fleet: fleet sizes instead of the size's own
     fleet_producer_scope: str = "pair"  # --fleet-producer-scope: the fleet gateway's setting
+    fleet_layout: str = "both"  # --fleet-layout: agent (own topics), group, or both
 
     def log(self, message: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -156,4 +160,5 @@ class Context:
             "namespace": self.namespace,
             "fleet": list(self.fleet or self.size.fleet_agents),
             "fleet_producer_scope": self.fleet_producer_scope,
+            "fleet_layout": self.fleet_layout,
         }

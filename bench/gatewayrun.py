@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
@@ -330,6 +331,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _env_value(value: Any) -> str:
+    """A setting as the environment gives it: complex ones (the groups) as JSON."""
+    if isinstance(value, dict | list):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
 class GatewayProcess:
     """`python -m gateway run` with the given settings, logging to a file."""
 
@@ -341,7 +349,7 @@ class GatewayProcess:
         # what runs instead of `python -m gateway run` (the profiled gateway of the latency run)
         self.command = command or [sys.executable, "-m", "gateway", "run"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGUI_GATEWAY_")}
-        env.update({f"AGUI_GATEWAY_{k.upper()}": str(v) for k, v in settings.items()})
+        env.update({f"AGUI_GATEWAY_{k.upper()}": _env_value(v) for k, v in settings.items()})
         env["AGUI_GATEWAY_HTTP_PORT"] = str(self.port)
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None

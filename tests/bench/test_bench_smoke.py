@@ -47,10 +47,22 @@ EXPECTED = {
     "fleet.2.metrics_kb",
     "fleet.2.cpu_percent_idle",
     "fleet.2.p99_ms_200rps",
+    # the same fleet in one group (issue 26)
+    "fleet.group.2.ready_seconds",
+    "fleet.group.2.rss_mib",
+    "fleet.group.2.connections",
+    "fleet.group.2.metrics_kb",
+    "fleet.group.2.cpu_percent_idle",
+    "fleet.group.2.p99_ms_50rps",
+    "fleet.group.2.p99_ms_200rps",
 }
 # figures that may truly be zero (p99 already back in the first window after the pause;
 # an idle gateway that used no CPU tick in the idle span)
-MAY_BE_ZERO = {"pause.recovery_seconds", "fleet.2.cpu_percent_idle"}
+MAY_BE_ZERO = {
+    "pause.recovery_seconds",
+    "fleet.2.cpu_percent_idle",
+    "fleet.group.2.cpu_percent_idle",
+}
 
 
 def test_tiny_benchmark_writes_every_figure(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -76,10 +88,21 @@ def test_tiny_benchmark_writes_every_figure(kafka_bootstrap: str, tmp_path: Path
     assert headline and all(f["target"] and isinstance(f["met"], bool) for f in headline)
     # the report's own tables and the scenarios' facts that are not figures
     markdown = (tmp_path / "latest.md").read_text()
-    assert "## Fleet" in markdown and "| 2 (8) |" in markdown
+    assert "## Fleet" in markdown
+    assert "| own topics (4 partitions each) | 2 (8) |" in markdown
+    assert "| group (8 partitions) | 2 (8) |" in markdown
     # adding an agent either was measured, or the gateway's exit is recorded as the finding
-    (fleet,) = data["details"]["fleet"]["results"]
+    by_layout = {r["layout"]: r for r in data["details"]["fleet"]["results"]}
+    assert sorted(by_layout) == ["agent", "group"]
+    fleet, group = by_layout["agent"], by_layout["group"]
     assert "fleet.2.add_agent_worst_ms" in figures or fleet["add_agent_error"], fleet
+    # every forward was matched to its request by agent and correlation id
+    assert fleet["forwards_unmatched"] == 0 and group["forwards_unmatched"] == 0
+    # an agent added to the group: no topic, served by its first records, no rebalance
+    assert group["add_agent_first_forward_seconds"] > 0, group
+    assert (group["add_agent_revoked"], group["add_agent_prepared"]) == (0, 0), group
+    assert group["add_agent_reassigned"] is False, group
+    assert "fleet.group.2.add_agent_p99_ratio" in figures
     assert data["details"]["ingest"]["quix_peer"].startswith("bench/quixpeer.py")
     pause = data["details"]["pause"]["runs"][0]
     assert pause["disturbance"]["resumed_at_s"] - pause["disturbance"]["stopped_at_s"] >= 2
