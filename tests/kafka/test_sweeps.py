@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from gateway.kafka.pairs.sweeps import PAIR_COST, SweepPlan
 
 
@@ -39,3 +41,34 @@ def test_pairs_not_ready_or_still_sweeping_are_skipped_and_a_large_one_goes_alon
     assert plan.starting(slots, 50.0) == [big]  # its slice alone fills the round
     assert plan.starting(slots, 50.1) == [slots[("small", 0)]]  # busy one skipped
     assert plan.starting(slots, 50.2) == []
+
+
+class _Sweeping:
+    """A pair whose pass is under way, recording the slices it is given."""
+
+    sweeping = True
+
+    def __init__(self) -> None:
+        self.limits: list[int] = []
+
+    def sweep(self, now_ms: int, limit: int | None = None, max_changes: int | None = None) -> bool:
+        assert limit is not None
+        self.limits.append(limit)
+        return False
+
+
+class _Slot:
+    def __init__(self, n: int) -> None:
+        self.pair = _Sweeping()
+        self.key = ("team", n)
+
+
+@pytest.mark.parametrize("pairs", [1, 3, 8, 40])
+def test_a_round_sweeps_one_slice_in_all_however_many_pairs_sweep(pairs):
+    from gateway.kafka.runner import SWEEP_SLICE, SWEEP_SLICE_MIN, Gateway
+
+    slots = [_Slot(n) for n in range(pairs)]
+    Gateway._sweep(None, slots, set(), 0)  # type: ignore[arg-type]
+    looked_at = sum(slot.pair.limits[0] for slot in slots)
+    assert looked_at <= max(SWEEP_SLICE, SWEEP_SLICE_MIN * pairs)
+    assert all(slot.pair.limits[0] >= SWEEP_SLICE_MIN for slot in slots)  # every pass moves
