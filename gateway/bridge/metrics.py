@@ -59,6 +59,15 @@ class BridgeMetrics:
             ["agent"],
             registry=registry,
         )
+        self.refused = Counter(
+            PREFIX + "requests_refused_total",
+            "Run requests no agent was called for, closed at once with the bridge's RUN_ERROR, "
+            "by the agent or group whose topic carried them and the code: agent_missing (a "
+            "group's request naming no agent), agent_not_served (naming an agent the group "
+            "does not have or this bridge does not serve)",
+            ["owner", "code"],
+            registry=registry,
+        )
         self.transactions = Counter(
             PREFIX + "transactions_total",
             "Transactions of events, run markers and offsets, by result",
@@ -67,6 +76,11 @@ class BridgeMetrics:
         )
         for result in ("committed", "failed"):
             self.transactions.labels(result)
+
+    def owner(self, owner: str, refusals: tuple[str, ...]) -> None:
+        """Create a served topic owner's refusal series from zero."""
+        for code in refusals:
+            self.refused.labels(owner, code)
 
     def agent(self, agent: str) -> None:
         """Create an agent's bounded series from zero, so rate() sees first increments."""
