@@ -1,10 +1,15 @@
-"""Which run-requests topics the bridge subscribes to."""
+"""Which run-requests topics the bridge subscribes to, and which agent runs a request."""
 
 from __future__ import annotations
 
 import re
 
-from gateway.bridge.service import served_groups, subscription
+from prometheus_client import CollectorRegistry
+
+from gateway.bridge.ledger import RunRequest
+from gateway.bridge.metrics import BridgeMetrics
+from gateway.bridge.partition import AgentEndpoint, Refusal
+from gateway.bridge.service import Bridge, served_groups, subscription
 from gateway.settings import Settings
 
 
@@ -52,3 +57,49 @@ def test_a_group_by_pattern_is_served_by_the_default_endpoint() -> None:
     )
     assert served_groups(s) == ["wide"]
     assert re.compile(subscription(s)).match("agui.wide.run-requests")
+
+
+async def test_each_request_is_run_by_the_agent_it_names_or_refused() -> None:
+    s = Settings(
+        groups={"team": {"agents": ["alpha", "beta", "gamma"]}},
+        bridge_agents={
+            "alpha": {"url": "http://a/"},
+            "beta": {"url": "http://b/"},
+            "solo": {"url": "http://s/"},
+        },
+    )
+    bridge = Bridge(s, BridgeMetrics(CollectorRegistry()))
+    team, solo = bridge._resolver("team", grouped=True), bridge._resolver("solo", grouped=False)
+
+    def asked(agent: str | None) -> RunRequest:
+        return RunRequest(0, b"t", b"{}", None, agent)
+
+    try:
+        for agent, url in (("alpha", "http://a/"), ("beta", "http://b/")):
+            endpoint = team(asked(agent))
+            assert isinstance(endpoint, AgentEndpoint)
+            assert (endpoint.agent, endpoint.url) == (agent, url)
+        assert team(asked(None)) == Refusal(
+            "agent_missing",
+            "a run request on group 'team''s topic names no agent in its agui-agent header",
+        )
+        outsider = team(asked("mallory"))  # not of the group: its RUN_ERROR names no one
+        assert isinstance(outsider, Refusal) and outsider.code == "agent_not_served"
+        assert outsider.agent is None
+        unserved = team(asked("gamma"))  # of the group, no endpoint here
+        assert isinstance(unserved, Refusal) and (unserved.code, unserved.agent) == (
+            "agent_not_served",
+            "gamma",
+        )
+        # an agent's own topic: no header, or its own name, is that agent; another is refused
+        for named in (None, "solo"):
+            endpoint = solo(asked(named))
+            assert isinstance(endpoint, AgentEndpoint) and endpoint.agent == "solo"
+        other = solo(asked("alpha"))
+        assert isinstance(other, Refusal) and (other.code, other.agent) == (
+            "agent_not_served",
+            "solo",
+        )
+    finally:
+        for endpoint in bridge.endpoints.values():
+            await endpoint.client.aclose()
