@@ -12,7 +12,8 @@ the topic's agent), every event it causes names that agent too. A request the
 bridge cannot run (on a group's topic it names no agent, or an agent the group
 does not have or this bridge does not serve; on an agent's own topic it names
 another agent) is never lost and never holds anything up: its run is closed at
-once with a `RUN_ERROR` the bridge writes (`agent_missing`, `agent_not_served`),
+once with a `RUN_ERROR` the bridge writes (`agent_missing`, `agent_name_illegal`,
+`agent_not_allowed`: the gateway's codes for the same faults; `agent_not_served`),
 and the request ends like any other.
 """
 
@@ -58,12 +59,12 @@ class AgentEndpoint:
 class Refusal:
     """Why the bridge runs no agent for a request: the code and message of its RUN_ERROR."""
 
-    code: str  # agent_missing | agent_not_served
+    code: str  # one of REFUSALS
     message: str
     agent: str | None = None  # the agent its RUN_ERROR names (a legal name the request gave)
 
 
-REFUSALS = ("agent_missing", "agent_not_served")
+REFUSALS = ("agent_missing", "agent_name_illegal", "agent_not_allowed", "agent_not_served")
 
 # The agent a request is run by (its endpoint), or why none is.
 Resolve = Callable[[RunRequest], "AgentEndpoint | Refusal"]
@@ -98,7 +99,7 @@ class PartitionRuns:
         self.metrics = metrics
         self.max_event_bytes = max_event_bytes
         self._threads: dict[Thread, asyncio.Task[None]] = {}
-        self._pending: dict[int, str] = {}  # offset -> the agent counted in requests_pending
+        self._pending: set[int] = set()  # offsets counted in requests_pending
         self.closing = False  # no new run starts (the bridge is stopping)
 
     @property
@@ -123,10 +124,8 @@ class PartitionRuns:
             self.ledger.end(run.offset)
         if restarted:
             await self.outbox.commit()
-            for run in restarted:
-                agent = run.agent or self.owner
-                self.metrics.runs.labels(agent, "bridge_restarted").inc()
-                self.metrics.events.labels(agent, "bridge").inc()
+            self.metrics.runs.labels(self.owner, "bridge_restarted").inc(len(restarted))
+            self.metrics.events.labels(self.owner, "bridge").inc(len(restarted))
             log.warning(
                 "closed runs a stopped bridge had started",
                 extra={
@@ -148,8 +147,8 @@ class PartitionRuns:
             )
         target = self.resolve(request)
         if isinstance(target, AgentEndpoint):
-            self._pending[request.offset] = target.agent
-            self.metrics.requests_pending.labels(target.agent).inc()
+            self._pending.add(request.offset)
+            self.metrics.requests_pending.labels(self.owner).inc()
 
     async def _thread(self, thread: Thread) -> None:
         try:
@@ -193,6 +192,7 @@ class PartitionRuns:
             await self._refuse(request, endpoint)
             return
         agent = endpoint.agent
+        label = self.owner  # the metrics' agent label: the topics' owner (bounded series)
         headers = event_headers(request.correlation_id, agent)
         async with endpoint.slots:
             if self.closing:
@@ -204,7 +204,7 @@ class PartitionRuns:
                 await self.outbox.emit(request.key, data, headers)
 
             began = time.monotonic()
-            self.metrics.in_flight.labels(agent).inc()
+            self.metrics.in_flight.labels(label).inc()
             try:
                 result = await relay(
                     endpoint.client,
@@ -215,18 +215,19 @@ class PartitionRuns:
                     self.max_event_bytes,
                 )
             finally:
-                self.metrics.in_flight.labels(agent).dec()
+                self.metrics.in_flight.labels(label).dec()
             self.ledger.end(request.offset)
-            if self._pending.pop(request.offset, None) is not None:
-                self.metrics.requests_pending.labels(agent).dec()
+            if request.offset in self._pending:
+                self._pending.discard(request.offset)
+                self.metrics.requests_pending.labels(label).dec()
             await self.outbox.commit()
-        self.metrics.run_seconds.labels(agent).observe(time.monotonic() - began)
-        self.metrics.runs.labels(agent, result.result).inc()
-        self.metrics.events.labels(agent, "agent").inc(result.events)
+        self.metrics.run_seconds.labels(label).observe(time.monotonic() - began)
+        self.metrics.runs.labels(label, result.result).inc()
+        self.metrics.events.labels(label, "agent").inc(result.events)
         if result.code is not None:
-            self.metrics.events.labels(agent, "bridge").inc()
+            self.metrics.events.labels(label, "bridge").inc()
         if result.http_status is not None and not 200 <= result.http_status < 300:
-            self.metrics.http_errors.labels(agent, str(result.http_status)).inc()
+            self.metrics.http_errors.labels(label, str(result.http_status)).inc()
         log.info(
             "run ended",
             extra={
@@ -256,7 +257,6 @@ class PartitionRuns:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-        for agent in self._pending.values():
-            self.metrics.requests_pending.labels(agent).dec()
+        self.metrics.requests_pending.labels(self.owner).dec(len(self._pending))
         self._pending.clear()
         await self.outbox.stop()

@@ -36,6 +36,8 @@ from gateway.settings import BridgeAgent, Settings
 
 log = logging.getLogger("gateway.bridge")
 
+MAX_AGENT_NAME = 249  # the longest agent name (as the longest topic name Kafka allows)
+
 
 def served_groups(settings: Settings) -> list[str]:
     """The groups the bridge serves an agent of (so it reads their run-requests topics):
@@ -119,7 +121,6 @@ class Bridge:
             return None
         endpoint = _make_endpoint(agent, config)
         self.endpoints[agent] = endpoint
-        self.metrics.agent(agent)
         log.info(
             "serving agent",
             extra={
@@ -133,15 +134,16 @@ class Bridge:
     def _resolver(self, owner: str, grouped: bool) -> Resolve:
         """The agent each request of `owner`'s topic is run by, or why none is."""
         s = self.settings
+        legal = re.compile(s.agent_name_pattern)
 
         def resolve(request: RunRequest) -> AgentEndpoint | Refusal:
             agent = request.agent
             if not grouped:
                 if agent is not None and agent != owner:
                     return Refusal(
-                        "agent_not_served",
+                        "agent_not_allowed",
                         f"a run request on agent {owner!r}'s topic names another agent in "
-                        f"its {HEADER_AGENT} header: {agent[:200]!r}",
+                        f"its {HEADER_AGENT} header: {agent[:MAX_AGENT_NAME]!r}",
                         owner,
                     )
                 endpoint = self._endpoint(owner)
@@ -153,11 +155,14 @@ class Bridge:
                     f"a run request on group {owner!r}'s topic names no agent in its "
                     f"{HEADER_AGENT} header",
                 )
-            if not s.group_allows(owner, agent):
+            if len(agent) > MAX_AGENT_NAME or not legal.fullmatch(agent):
                 return Refusal(
-                    "agent_not_served",
-                    f"group {owner!r} has no agent {agent[:200]!r}",
+                    "agent_name_illegal",
+                    f"the {HEADER_AGENT} header of a run request on group {owner!r}'s topic "
+                    f"is not a legal agent name: {agent[:MAX_AGENT_NAME]!r}",
                 )
+            if not s.group_allows(owner, agent):
+                return Refusal("agent_not_allowed", f"group {owner!r} has no agent {agent!r}")
             endpoint = self._endpoint(agent)
             if endpoint is None:
                 return Refusal(
@@ -234,6 +239,7 @@ class Bridge:
             log.error("assigned a topic of no served agent or group", extra={"topic": tp.topic})
             return None
         s = self.settings
+        self.metrics.agent(owner)  # the metrics' agent label is the topics' owner
         self.metrics.owner(owner, REFUSALS)
         runs_topic = s.topic(s.bridge_runs_topic, owner)
         await self._ensure_runs_topic(tp.topic, runs_topic)

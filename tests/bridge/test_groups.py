@@ -83,8 +83,17 @@ async def test_each_request_reaches_the_agent_it_names_once(ns: Namespace, tmp_p
                 await send(ns, "gamma", "same", "r-gamma")  # of the group, not served here
                 await send(ns, None, "same", "r-none")  # names no agent
                 await send(ns, "mallory", "same", "r-mallory")  # not of the group
+                await send(ns, "not a name!", "same", "r-illegal")
                 await send(ns, "alpha", "after", "r-after")  # nothing above holds it up
-                runs = ["r-alpha", "r-beta", "r-gamma", "r-none", "r-mallory", "r-after"]
+                runs = [
+                    "r-alpha",
+                    "r-beta",
+                    "r-gamma",
+                    "r-none",
+                    "r-mallory",
+                    "r-illegal",
+                    "r-after",
+                ]
                 await events.wait(
                     lambda _: all(closed_runs(values(of_run(events, r))) >= 1 for r in runs),
                     timeout=60,
@@ -106,12 +115,13 @@ async def test_each_request_reaches_the_agent_it_names_once(ns: Namespace, tmp_p
                     assert closed_runs(values(records)) == 1
                 refused = {
                     run: (values(of_run(events, run)), of_run(events, run))
-                    for run in ("r-gamma", "r-none", "r-mallory")
+                    for run in ("r-gamma", "r-none", "r-mallory", "r-illegal")
                 }
                 for run, code, named in (
                     ("r-gamma", "agent_not_served", "gamma"),
                     ("r-none", "agent_missing", None),
-                    ("r-mallory", "agent_not_served", None),
+                    ("r-mallory", "agent_not_allowed", None),
+                    ("r-illegal", "agent_name_illegal", None),
                 ):
                     event_values, records = refused[run]
                     assert [(e["type"], e["code"]) for e in event_values] == [("RUN_ERROR", code)]
@@ -119,15 +129,15 @@ async def test_each_request_reaches_the_agent_it_names_once(ns: Namespace, tmp_p
                     assert all(r.key == b"same" for r in records)
 
                 metrics = bridge.metrics()
-                assert 'agui_gateway_bridge_runs_total{agent="alpha",result="interrupt"} 2.0' in (
+                # the agent label is the topics' owner (the group), as the gateway's
+                assert 'agui_gateway_bridge_runs_total{agent="team",result="interrupt"} 3.0' in (
                     metrics
                 )
-                assert 'agui_gateway_bridge_runs_total{agent="beta",result="interrupt"} 1.0' in (
-                    metrics
-                )
+                assert 'agent="alpha"' not in metrics
                 refused_total = "agui_gateway_bridge_requests_refused_total"
-                assert f'{refused_total}{{code="agent_not_served",owner="team"}} 2.0' in metrics
-                assert f'{refused_total}{{code="agent_missing",owner="team"}} 1.0' in metrics
+                for code in ("agent_not_served", "agent_missing", "agent_not_allowed"):
+                    assert f'{refused_total}{{code="{code}",owner="team"}} 1.0' in metrics
+                assert f'{refused_total}{{code="agent_name_illegal",owner="team"}} 1.0' in metrics
             finally:
                 assert await bridge.stop() == 0
 

@@ -84,8 +84,13 @@ async def test_each_request_is_run_by_the_agent_it_names_or_refused() -> None:
             "a run request on group 'team''s topic names no agent in its agui-agent header",
         )
         outsider = team(asked("mallory"))  # not of the group: its RUN_ERROR names no one
-        assert isinstance(outsider, Refusal) and outsider.code == "agent_not_served"
+        assert isinstance(outsider, Refusal) and outsider.code == "agent_not_allowed"
         assert outsider.agent is None
+        for illegal in ("not a name!", "a" * 250, "caf\ufffd"):  # the last: not UTF-8
+            refusal = team(asked(illegal))
+            assert isinstance(refusal, Refusal)
+            assert (refusal.code, refusal.agent) == ("agent_name_illegal", None)
+            assert len(refusal.message) < 400
         unserved = team(asked("gamma"))  # of the group, no endpoint here
         assert isinstance(unserved, Refusal) and (unserved.code, unserved.agent) == (
             "agent_not_served",
@@ -97,7 +102,7 @@ async def test_each_request_is_run_by_the_agent_it_names_or_refused() -> None:
             assert isinstance(endpoint, AgentEndpoint) and endpoint.agent == "solo"
         other = solo(asked("alpha"))
         assert isinstance(other, Refusal) and (other.code, other.agent) == (
-            "agent_not_served",
+            "agent_not_allowed",
             "solo",
         )
     finally:
