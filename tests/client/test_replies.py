@@ -92,3 +92,24 @@ def test_duplicate() -> None:
 def test_what_is_not_a_reply_is_an_error(record: dict) -> None:
     with pytest.raises(ValidationError):
         parse_reply(record)
+
+
+def test_a_groups_rejection_may_name_no_agent() -> None:
+    """On a group's topics a request naming no usable agent is rejected with `agent`
+    null and the group named; the client reads it, never as an unreadable reply."""
+    reply = parse_reply(
+        {
+            "verdict": "reject",
+            **ENVELOPE,
+            "agent": None,
+            "group": "team",
+            "reasons": [{"code": "uncovered_interrupt", "detail": "d"}],
+            "warnings": [],
+            "input": None,
+            "at": AT,
+        }
+    )
+    assert isinstance(reply, RejectReply)
+    assert (reply.agent, reply.group) == (None, "team")
+    forward = parse_reply({"verdict": "forward", **ENVELOPE, "group": "team", "at": AT})
+    assert (forward.agent, forward.group) == ("support", "team")
