@@ -5,12 +5,13 @@ topic (`read_committed`, a pattern subscription: new agents are picked up
 without a restart). An agent of a group (`Settings.groups`) is served on its
 group's topic, shared with the group's other agents: the bridge subscribes to
 the run-requests topic of every group it serves an agent of (`served_groups`),
-and runs each request with the agent it names (`agui-agent`). On assignment a new partition is paused, its transactional
-producer initialised (fencing a previous owner and aborting its open
-transaction), its marker read back, runs left started closed with
-`bridge_restarted`, and consumption resumed from the marker's offset. A
-partition no longer assigned has its runs cancelled and what they had not
-committed aborted.
+and runs each request with the agent it names (`agui-agent`).
+
+On assignment a new partition is paused, its transactional producer
+initialised (fencing a previous owner and aborting its open transaction), its
+marker read back, runs left started closed with `bridge_restarted`, and
+consumption resumed from the marker's offset. A partition no longer assigned
+has its runs cancelled and what they had not committed aborted.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ class Bridge:
                     f"the {HEADER_AGENT} header of a run request on group {owner!r}'s topic "
                     f"is not a legal agent name: {agent[:MAX_AGENT_NAME]!r}",
                 )
-            if not s.group_allows(owner, agent):
+            if s.group_of(agent) != owner:  # another group's, or with topics of its own
                 return Refusal("agent_not_allowed", f"group {owner!r} has no agent {agent!r}")
             endpoint = self._endpoint(agent)
             if endpoint is None:

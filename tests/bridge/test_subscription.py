@@ -108,3 +108,24 @@ async def test_each_request_is_run_by_the_agent_it_names_or_refused() -> None:
     finally:
         for endpoint in bridge.endpoints.values():
             await endpoint.client.aclose()
+
+
+async def test_an_agent_of_another_group_is_not_run_on_this_groups_topic() -> None:
+    """`a-1` is listed by group `first`, and matched by `second`'s pattern too: it
+    belongs to `first`, so a request naming it on `second`'s topic is refused, as the
+    gateway refuses it."""
+    s = Settings(
+        groups={"first": {"agents": ["a-1"]}, "second": {"agent_pattern": "a-.*"}},
+        bridge_agent_pattern="a-.*",
+        bridge_default={"url": "http://x/{agent}"},
+    )
+    bridge = Bridge(s, BridgeMetrics(CollectorRegistry()))
+    try:
+        second = bridge._resolver("second", grouped=True)
+        refusal = second(RunRequest(0, b"t", b"{}", None, "a-1"))
+        assert isinstance(refusal, Refusal) and refusal.code == "agent_not_allowed"
+        endpoint = second(RunRequest(0, b"t", b"{}", None, "a-2"))
+        assert isinstance(endpoint, AgentEndpoint) and endpoint.url == "http://x/a-2"
+    finally:
+        for endpoint in bridge.endpoints.values():
+            await endpoint.client.aclose()
