@@ -93,6 +93,9 @@ class Bridge:
         self.restoring: dict[TopicPartition, asyncio.Task[None]] = {}
         self.backpressured: set[TopicPartition] = set()
         self.endpoints: dict[str, AgentEndpoint] = {}
+        # one HTTP client for every agent served by bridge_default (a group of thousands
+        # of agents is one connection pool, not thousands); its own for each other agent
+        self._default_client: httpx.AsyncClient | None = None
         self._runs_topics_ready: set[str] = set()
         self._topic_agent = settings.topic_regex(settings.run_requests_topic)
         self._groups = set(served_groups(settings))
@@ -120,7 +123,10 @@ class Bridge:
         config = self.settings.bridge_agent(agent)
         if config is None:
             return None
-        endpoint = _make_endpoint(agent, config)
+        shared = config is self.settings.bridge_default
+        if shared and self._default_client is None:
+            self._default_client = _make_client(config, shared=True)
+        endpoint = _make_endpoint(agent, config, self._default_client if shared else None)
         self.endpoints[agent] = endpoint
         log.info(
             "serving agent",
@@ -380,8 +386,8 @@ class Bridge:
             with contextlib.suppress(Exception):
                 await clients.stop(self.consumer)
             await self.broker.stop()
-            for endpoint in self.endpoints.values():
-                await endpoint.client.aclose()
+            for client in {id(e.client): e.client for e in self.endpoints.values()}.values():
+                await client.aclose()
 
     async def _housekeeping(self) -> None:
         """Rebuild failed partitions; pause and resume for bounded pending work."""
@@ -414,20 +420,31 @@ def _request(message: Any) -> RunRequest:
     return RunRequest(message.offset, message.key or b"", message.value or b"", correlation, agent)
 
 
-def _make_endpoint(agent: str, config: BridgeAgent) -> AgentEndpoint:
+def _make_client(config: BridgeAgent, shared: bool = False) -> httpx.AsyncClient:
+    """An HTTP client for an agent's endpoint; `shared` by many agents, its pool is not
+    bounded by one agent's concurrent_runs (each agent's own slots bound its runs)."""
     timeout = httpx.Timeout(
         connect=config.connect_timeout_s,
         read=config.read_timeout_s,
         write=config.read_timeout_s,
         pool=None,
     )
-    client = httpx.AsyncClient(
+    return httpx.AsyncClient(
         timeout=timeout,
-        limits=httpx.Limits(max_connections=config.concurrent_runs),
+        limits=httpx.Limits(max_connections=None if shared else config.concurrent_runs),
         follow_redirects=False,
         trust_env=False,
     )
+
+
+def _make_endpoint(
+    agent: str, config: BridgeAgent, client: httpx.AsyncClient | None = None
+) -> AgentEndpoint:
     headers = {name: value.get_secret_value() for name, value in config.headers.items()}
     return AgentEndpoint(
-        agent, config.url.replace("{agent}", agent), client, headers, config.concurrent_runs
+        agent,
+        config.url.replace("{agent}", agent),
+        client or _make_client(config),
+        headers,
+        config.concurrent_runs,
     )

@@ -185,3 +185,52 @@ async def test_a_groups_run_cut_by_a_killed_bridge_is_closed_naming_its_agent(
 
 def values(records: list[Any]) -> list[dict[str, Any]]:
     return [orjson.loads(r.value) for r in records]
+
+
+async def test_a_group_by_pattern_is_served_by_the_default_endpoint_per_agent(
+    ns: Namespace, tmp_path
+) -> None:
+    """`bridge_agent_pattern` with `bridge_default` (its url with {agent}) serves any agent
+    of a group by pattern: each request is POSTed to its own agent's URL."""
+    group = "acme"
+    await ns.create_agent(group, partitions=1)
+    inner, counters = scripted_agent()
+    called: list[str] = []  # the agent named in each URL the bridge POSTed to
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            called.append(scope["query_string"].decode())
+        await inner(scope, receive, send)
+
+    async with Served(app) as served:
+        settings = bridge_settings(
+            ns,
+            {},
+            groups=orjson.dumps({group: {"agent_pattern": "acme-[0-9]+"}}).decode(),
+            bridge_agent_pattern="acme-[0-9]+",
+            bridge_default=orjson.dumps({"url": served.url + "?agent={agent}"}).decode(),
+        )
+        bridge = await BridgeProcess(ns, tmp_path, "bridge", **settings).start()
+        async with TopicReader(ns.bootstrap, ns.events(group)) as events:
+            try:
+                for agent in ("acme-1", "acme-2", "acme-3"):
+                    await produce(
+                        ns.bootstrap,
+                        ns.run_requests(group),
+                        [("same", run_input("same", f"r-{agent}"))],
+                        headers=[
+                            ("agui-agent", agent.encode()),
+                            ("agui-correlation-id", f"c-r-{agent}".encode()),
+                        ],
+                    )
+                await events.wait(lambda records: closed_runs(values(records)) >= 3)
+                await events.poll(1.0)
+                assert sorted(called) == ["agent=acme-1", "agent=acme-2", "agent=acme-3"]
+                assert sorted(counters.run_ids) == ["r-acme-1", "r-acme-2", "r-acme-3"]
+                for agent in ("acme-1", "acme-2", "acme-3"):
+                    records = of_run(events, f"r-{agent}")
+                    assert {header(r, "agui-agent") for r in records} == {agent}
+                    assert values(records)[-1]["type"] == "RUN_FINISHED"
+                assert (await bridge.readiness())[1]["groups"] == [group]
+            finally:
+                assert await bridge.stop() == 0

@@ -79,6 +79,7 @@ async def test_each_request_is_run_by_the_agent_it_names_or_refused() -> None:
             endpoint = team(asked(agent))
             assert isinstance(endpoint, AgentEndpoint)
             assert (endpoint.agent, endpoint.url) == (agent, url)
+        assert bridge.endpoints["alpha"].client is not bridge.endpoints["beta"].client
         assert team(asked(None)) == Refusal(
             "agent_missing",
             "a run request on group 'team''s topic names no agent in its agui-agent header",
@@ -126,6 +127,10 @@ async def test_an_agent_of_another_group_is_not_run_on_this_groups_topic() -> No
         assert isinstance(refusal, Refusal) and refusal.code == "agent_not_allowed"
         endpoint = second(RunRequest(0, b"t", b"{}", None, "a-2"))
         assert isinstance(endpoint, AgentEndpoint) and endpoint.url == "http://x/a-2"
+        # the agents bridge_default serves share one HTTP client, each with its own slots
+        other = second(RunRequest(0, b"t", b"{}", None, "a-3"))
+        assert isinstance(other, AgentEndpoint) and other.url == "http://x/a-3"
+        assert other.client is endpoint.client and other.slots is not endpoint.slots
     finally:
         for endpoint in bridge.endpoints.values():
             await endpoint.client.aclose()
