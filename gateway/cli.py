@@ -99,7 +99,18 @@ def _parser() -> argparse.ArgumentParser:
     create = topic_commands.add_parser(
         "create", help="create an agent's topic set (idempotent; reports what it cannot fix)"
     )
-    create.add_argument("--agent", required=True, help="the agent's name")
+    create_what = create.add_mutually_exclusive_group(required=True)
+    create_what.add_argument("--agent", help="the agent's name")
+    create_what.add_argument(
+        "--group",
+        action="append",
+        default=None,
+        help="a group of the settings (repeatable): its four topics, with the group's "
+        "partitions (--partitions is not used)",
+    )
+    create_what.add_argument(
+        "--all-groups", action="store_true", help="every group of the settings, as --group"
+    )
     create.add_argument(
         "--partitions", type=int, default=3, help="partitions of the agent's topics (default 3)"
     )
@@ -117,8 +128,16 @@ def _parser() -> argparse.ArgumentParser:
         "it needs for the agents named; --apply creates them (--remove deletes them) with an "
         "admin client from the settings, which must then name an admin principal.",
     )
-    acls.add_argument(
-        "--agent-pattern", required=True, help="an agent name, or a name prefix ending in *"
+    acls_for = acls.add_mutually_exclusive_group(required=True)
+    acls_for.add_argument("--agent-pattern", help="an agent name, or a name prefix ending in *")
+    acls_for.add_argument(
+        "--group",
+        action="append",
+        default=None,
+        help="a group of the settings (repeatable): the ACLs of its shared topics",
+    )
+    acls_for.add_argument(
+        "--all-groups", action="store_true", help="every group of the settings, as --group"
     )
     acls.add_argument("--principal", required=True, help="the gateway's principal, User:<name>")
     acls.add_argument(
@@ -225,10 +244,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.partitions < 1 or args.shared_partitions < 1:
             print("agui-gateway topics: partitions must be at least 1", file=sys.stderr)
             return 2
-        return topics.main(settings, args.agent, args.partitions, args.shared_partitions)
+        groups = list(settings.groups) if args.all_groups else args.group
+        if args.all_groups and not groups:
+            print("agui-gateway topics: the settings name no groups", file=sys.stderr)
+            return 2
+        return topics.main(settings, args.agent, args.partitions, args.shared_partitions, groups)
     if args.command == "acls":
         from gateway.commands import acls
 
+        if args.group or args.all_groups:
+            return acls.groups_main(
+                settings,
+                list(settings.groups) if args.all_groups else args.group,
+                args.principal,
+                args.reply_topic_prefix,
+                args.create_changelogs,
+                args.command_config,
+                args.action,
+            )
         return acls.main(
             settings,
             args.agent_pattern,

@@ -112,3 +112,44 @@ def test_a_record_breaking_its_schema_is_caught():
                 "at": "x",
             },
         )
+
+
+def test_every_record_of_a_groups_pair_follows_its_schema():
+    from tests.kafka.test_group_pair import REPLY, GroupFeed, make_group_pair
+
+    pair, _ = make_group_pair()
+    f = GroupFeed()
+    pair.take(
+        "events",
+        [
+            f.rec("events", started(), 1, "alpha"),
+            f.rec("events", interrupted(), 2, "alpha"),
+            f.rec("events", started(), 3, None),  # agent_missing: a warning naming no agent
+            f.rec("events", b"{not json", 4, "beta"),
+        ],
+    )
+    pair.take(
+        "requests",
+        [
+            f.rec("requests", answer(), 5, "alpha", headers=[REPLY]),
+            f.rec("requests", answer(), 6, "alpha", headers=[REPLY]),
+            f.rec("requests", answer("r9"), 7, "beta", headers=[REPLY]),
+            f.rec("requests", answer("r8"), 8, b"\xff", headers=[REPLY]),
+            f.rec("requests", answer("r7"), 9, "gamma", headers=[REPLY]),
+        ],
+    )
+    pair.set_fence(4)
+    pair.process(4, 0, 0)
+    seen = {PAIR_TOPICS[r.topic] for r in pair.round.out if r.topic in PAIR_TOPICS}
+    assert seen == set(KINDS)
+    agents = set()
+    for record in pair.round.out:
+        if record.topic in PAIR_TOPICS:
+            body = jsonio.loads(record.value)
+            check(PAIR_TOPICS[record.topic], body)
+            assert body["group"] == "team"
+            agents.add(body["agent"])
+    assert agents == {"alpha", "beta", None}
+    # a group record's agent is a string or null, and its group a string
+    with pytest.raises(AssertionError):
+        check("warning", {**body, "group": 3})

@@ -389,3 +389,27 @@ def read_hints(headers: object) -> tuple[str, int] | None:
     if status is None or open_count is None:
         return None
     return status, open_count
+
+
+# --- keys ------------------------------------------------------------------------------------
+#
+# On an agent's own changelog a record's key is the threadId (UTF-8), as it always was. On
+# a group's changelog (`agui.<group>.gateway-changelog`) the threads of many agents meet,
+# so the key names both: `<n>:<agent>:<threadId>`, n being the agent name's length in
+# characters (decimal). The length makes it unambiguous whatever either name holds.
+
+
+def group_key(agent: str, thread_id: str) -> str:
+    """The store's and the changelog's key of `agent`'s thread `thread_id` in a group."""
+    return f"{len(agent)}:{agent}:{thread_id}"
+
+
+def split_group_key(key: str) -> tuple[str, str] | None:
+    """(agent, threadId) of a group's key, or None when `key` is not one."""
+    length, colon, rest = key.partition(":")
+    if not colon or not (length.isascii() and length.isdigit()) or len(length) > 6:
+        return None
+    n = int(length)
+    if n == 0 or len(rest) <= n or rest[n] != ":":
+        return None
+    return rest[:n], rest[n + 1 :]

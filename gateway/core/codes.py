@@ -33,6 +33,10 @@ class Reason(StrEnum):
     INPUT_TOO_LARGE = "input_too_large"  # the forward would not fit a Kafka record
     INTERNAL_ERROR = "internal_error"  # the gateway failed on this request: a defect
     EVENTS_LAGGING = "events_lagging"  # events side not read up to it in time: retryable
+    # The agent a request is for (the agui-agent header), on a group's shared topics:
+    AGENT_MISSING = "agent_missing"  # no agui-agent header on a group's record
+    AGENT_NAME_ILLEGAL = "agent_name_illegal"  # not UTF-8, or not matching agent_name_pattern
+    AGENT_NOT_ALLOWED = "agent_not_allowed"  # not one of the group's (or not the topic's) agent
 
 
 class Warn(StrEnum):
@@ -49,6 +53,10 @@ class Warn(StrEnum):
     INTERRUPT_EXPIRED = "interrupt_expired"
     REPLY_TOPIC_UNKNOWN = "reply_topic_unknown"
     INTERNAL_ERROR = "internal_error"  # the gateway failed on this event: a defect
+    # An event whose agent is not usable (as the Reason codes of the same names): dropped.
+    AGENT_MISSING = "agent_missing"
+    AGENT_NAME_ILLEGAL = "agent_name_illegal"
+    AGENT_NOT_ALLOWED = "agent_not_allowed"
 
 
 class Rule(StrEnum):

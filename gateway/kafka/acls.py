@@ -164,3 +164,20 @@ async def apply(admin: AIOKafkaAdminClient, acls: list[Acl], *, delete: bool = F
         for entry in entries:
             if entry[0] != 0:
                 raise for_code(entry[0])(f"{acl}: {entry[1]}")
+
+
+def group_acls(
+    settings: Settings,
+    group: str,
+    principal: str,
+    reply_topic_prefixes: Iterable[str] = (),
+    create_changelogs: bool = False,
+) -> list[Acl]:
+    """The gateway's ACLs for one group of the settings: its topics are the templates
+    with {agent} = the group's name, so they are the ACLs of that one name, literal.
+
+    Kafka authorizes topics, not the agents a record names: any principal allowed to
+    Write a group's events or requests topic can speak for every agent of the group."""
+    if group not in settings.groups:
+        raise ValueError(f"no group {group!r} in the settings")
+    return gateway_acls(settings, group, principal, reply_topic_prefixes, create_changelogs)

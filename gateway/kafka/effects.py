@@ -2,7 +2,9 @@
 
 The outputs (forward, rejection, reply, warning records, shaped by
 `gateway.kafka.shaping`) and the metric updates to make once the round
-commits. The warning limiter's admissions are noted in the round, so an
+commits. Records name the agent a record was for (on a group's topics, the
+`agui-agent` header's; None when not usable); metrics are labelled with the
+topics' owner (the agent, or the group), so their series stay bounded. The warning limiter's admissions are noted in the round, so an
 aborted round gives them back.
 """
 
@@ -12,7 +14,7 @@ import functools
 import logging
 from typing import Any
 
-from gateway.codec.records import HEADER_REPLY_TO, InRecord, OutRecord, dumps
+from gateway.codec.records import HEADER_AGENT, HEADER_REPLY_TO, InRecord, OutRecord, dumps
 from gateway.core import Decision, Reason, Rule, Verdict, Warn
 from gateway.core.findings import Finding
 from gateway.kafka import shaping
@@ -35,18 +37,35 @@ class Effects:
         self,
         topics: AgentTopics,
         context: Any,  # the pair's PairContext
+        group: str | None = None,
     ) -> None:
         self.topics = topics
-        self.agent = topics.agent
+        self.agent = topics.agent  # the owner: metrics' label
+        self.group = group  # the group whose topics these are; None: an agent's own
         self.ctx = context
         self.metrics: Metrics = context.metrics
 
+    def _headers(self, record: Any, agent: str | None) -> list[tuple[str, bytes]]:
+        """An output's headers: the correlation id as received; on a group's outputs the
+        agent they are for."""
+        headers = shaping.correlation_headers(record) if record is not None else []
+        if self.group is not None and agent is not None:
+            headers.append((HEADER_AGENT, agent.encode()))
+        return headers
+
     def internal_error(
-        self, r: Round, record: InRecord, thread_id: str | None, now_ms: int, exc: Exception
+        self,
+        r: Round,
+        record: InRecord,
+        thread_id: str | None,
+        now_ms: int,
+        exc: Exception,
+        agent: str | None = None,
     ) -> None:
         """The rejection of a request the gateway failed on (a defect)."""
-        body = shaping.internal_error_body(record, self.agent, thread_id, now_ms, exc)
-        key, headers = shaping.output_key(record, thread_id), shaping.correlation_headers(record)
+        named = agent if self.group is not None else self.agent
+        body = shaping.internal_error_body(record, named, thread_id, now_ms, exc, self.group)
+        key, headers = shaping.output_key(record, thread_id), self._headers(record, named)
         r.out.append(OutRecord(self.ctx.rejections_topic, key, body, headers))
         reply_to = record.header(HEADER_REPLY_TO)
         if reply_to and LEGAL_TOPIC.match(reply_to) and self.ctx.topic_exists(reply_to):
@@ -65,19 +84,23 @@ class Effects:
         now_ms: int,
         forward: bytes | None,
         raw: Any,
+        named: str | None = None,
     ) -> None:
-        """A decision's outputs. `raw` is the request's JSON (NOT_DECODED if unread)."""
+        """A decision's outputs. `raw` is the request's JSON (NOT_DECODED if unread);
+        `named` the agent the request is for (on a group's topics; None: not usable)."""
         m, agent, out = self.metrics, self.agent, r.out
+        if self.group is None:
+            named = agent
         r.deferred.append(m.requests.labels(agent, str(decision.verdict)).inc)
-        headers = shaping.correlation_headers(record)
+        headers = self._headers(record, named)
         key = shaping.output_key(record, thread_id)
         for warning in decision.warnings:
-            self.warn(r, warning, record, thread_id, decision.run_id)
+            self.warn(r, warning, record, thread_id, decision.run_id, named)
         reply_to = record.header(HEADER_REPLY_TO)
         # the reply (a rejection's record), built only when something writes it
         reply: dict[str, Any] | None = None
         if decision.verdict is Verdict.REJECT or reply_to:
-            reply = shaping.reply_body(record, agent, decision, thread_id, now_ms, raw)
+            reply = shaping.reply_body(record, named, decision, thread_id, now_ms, raw, self.group)
         body: bytes | None = None  # the reply's JSON, once written
         if decision.verdict is Verdict.FORWARD:
             assert forward is not None
@@ -116,6 +139,7 @@ class Effects:
             record,
             thread_id,
             decision.run_id,
+            named,
         )
 
     def violation(
@@ -126,6 +150,7 @@ class Effects:
         run_id: str | None,
         rule: Rule,
         detail: str,
+        named: str | None = None,
     ) -> None:
         self.warn(
             r,
@@ -133,6 +158,7 @@ class Effects:
             record,
             thread_id,
             run_id,
+            named,
         )
 
     def warn(
@@ -142,22 +168,34 @@ class Effects:
         record: Any,
         thread_id: str | None,
         run_id: str | None,
+        named: str | None = None,
         now_ms: int | None = None,
     ) -> None:
+        """A warning; `named` is the agent it is about (on a group's topics; None: not
+        usable, or on an agent's own topics that agent)."""
         m, agent = self.metrics, self.agent
+        if self.group is None:
+            named = agent
         at = now_ms if now_ms is not None else (record.timestamp if record else 0)
         r.deferred.append(m.warnings.labels(agent, warning.code).inc)
         if warning.code == Warn.PROTOCOL_VIOLATION and warning.rule:
             r.deferred.append(m.protocol_violations.labels(agent, warning.rule).inc)
         elif warning.code == Warn.UNRECOGNISED_ENTRY:
             r.deferred.append(m.unrecognised_entries.labels(agent).inc)
+        # per (owner, agent, thread, ...): in a group two agents' threads of one id are
+        # limited apart
         admitted, suppressed = self.ctx.limiter.admit(
-            (agent, thread_id or "", warning.code, warning.rule or ""), at, r.admitted
+            (agent, named or "", thread_id or "", warning.code, warning.rule or ""),
+            at,
+            r.admitted,
         )
         if not admitted:
             r.deferred.append(m.warnings_suppressed.labels(agent, warning.code).inc)
             return
-        body = shaping.warning_body(warning, agent, record, thread_id, run_id, at, suppressed)
+        body = shaping.warning_body(
+            warning, named, record, thread_id, run_id, at, suppressed, self.group
+        )
         key = thread_id.encode() if thread_id is not None else None
-        r.out.append(OutRecord(self.ctx.warnings_topic, key, dumps(body)))
+        headers = [(HEADER_AGENT, named.encode())] if self.group and named else []
+        r.out.append(OutRecord(self.ctx.warnings_topic, key, dumps(body), headers))
         r.deferred.append(functools.partial(log.info, "warning", extra={"warning": body}))

@@ -1,4 +1,4 @@
-"""One co-partitioned pair: partition p of an agent's events and requests topics.
+"""One co-partitioned pair: partition p of an agent's (or a group's) events and requests.
 
 The pair merges its two buffered inputs in timestamp order, feeds them to the
 core, and fills its open round (`gateway.kafka.round`) with what must happen.
@@ -6,6 +6,12 @@ Two layers of pending work sit over the committed store: the open round, being
 filled, and the sealed round, whose transaction is being committed. The pair
 reads thread states through both. Nothing here talks to Kafka: the runner
 hands in records and fences, the checkpoint takes out sealed rounds.
+
+A pair's `layout` (`gateway.kafka.agents`) says whose each record is: on an agent's
+own topics the topic's agent, on a group's the agent its `agui-agent` header names.
+Threads are held under the layout's key (the threadId, or (agent, threadId) in a
+group); a record whose agent is not usable is rejected (a request) or dropped with a
+warning (an event), each with its code.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from gateway.codec.records import (
 from gateway.core import (
     Change,
     Policy,
+    Reason,
     Rule,
     RunStatus,
     ThreadState,
@@ -35,7 +42,8 @@ from gateway.core import (
 )
 from gateway.core.findings import Finding
 from gateway.kafka import shaping
-from gateway.kafka.decide import decide, lagging
+from gateway.kafka.agents import Layout, OwnTopics, Unusable
+from gateway.kafka.decide import decide, lagging, rejected
 from gateway.kafka.effects import Effects
 from gateway.kafka.merge import Fence, Merge, Step
 from gateway.kafka.round import Round
@@ -73,19 +81,21 @@ class PartitionPair:
         topics: AgentTopics,
         partition: int,
         context: PairContext,
+        layout: Layout | None = None,
     ) -> None:
         self.topics = topics
-        self.agent = topics.agent
+        self.agent = topics.agent  # the topics' owner: an agent, or a group
+        self.layout: Layout = layout if layout is not None else OwnTopics(topics.agent)
         self.partition = partition
         self.ctx = context
         self.policy = Policy(strict=context.settings_strict)
         self.metrics = context.metrics
-        self.store = ThreadStore()  # committed states
+        self.store = ThreadStore(self.layout.thread_of)  # committed states
         self.merge = Merge(context.merge_max_wait_s)  # the two inputs, buffered
         self._active: set[bytes] = set()  # keys of threads whose run is active
         self._active_committed: set[bytes] = set()  # the same, as last committed
         self.sweeper = Sweep(context.retention)
-        self.effects = Effects(topics, context)
+        self.effects = Effects(topics, context, self.layout.group)
         self.round = self._new_round()  # the open round, being filled
         self.sealed: Round | None = None  # the round whose transaction is being committed
         # committed facts
@@ -102,7 +112,9 @@ class PartitionPair:
         self.merge.take(side, records, received)
 
     def load_store(self, store: ThreadStore, active: set[str], open_interrupts: int) -> None:
-        """Take a restored store, with its threads whose run is active and its open count."""
+        """Take a restored store, with its threads whose run is active and its open count
+        (keyed as the layout keys them)."""
+        store.thread_of = self.layout.thread_of
         self.store = store
         self.thread_count = len(store)
         self.open_interrupts = open_interrupts
@@ -110,7 +122,9 @@ class PartitionPair:
         self._active = set(self._active_committed)
 
     def state(self, thread_id: str) -> ThreadState | None:
-        """A thread's state as this pair sees it: open round, sealed round, then committed."""
+        """A thread's state as this pair sees it: open round, sealed round, then committed.
+
+        `thread_id` is the layout's key: the threadId, or in a group the group's key."""
         for layer in (self.round, self.sealed):
             if layer is not None and thread_id in layer.changes:
                 return layer.changes[thread_id]
@@ -158,8 +172,9 @@ class PartitionPair:
         """Apply every buffered event: deltas of active runs are only counted."""
         counts = self.round.event_counts
         active = self._active
+        active_key = self.layout.active_key
         for record in events:
-            if record.key in active:
+            if active_key(record) in active:
                 name = stream_type(record.value)
                 if name is not None:
                     counts[name] += 1
@@ -170,7 +185,12 @@ class PartitionPair:
 
     def _apply(self, record: Any) -> None:
         self.round.offsets["events"] = record.offset + 1
+        agent = self.layout.identify(record)
         thread_id = shaping.thread_of(record)
+        if isinstance(agent, Unusable):
+            self.round.event_counts[event_type_label(peek_type(record.value))] += 1
+            self._warn(Finding(agent.code, f"{agent.detail}. Dropped"), record, thread_id, None)
+            return
         if thread_id is None:
             self.round.event_counts[event_type_label(peek_type(record.value))] += 1
             self._violation(
@@ -180,16 +200,18 @@ class PartitionPair:
                 Rule.MISSING_KEY,
                 f"event record has {shaping.key_problem(record)}; the key must be the threadId. "
                 "Dropped",
+                agent,
             )
             return
-        state = self.state(thread_id)
+        key = self.layout.key(agent, thread_id)
+        state = self.state(key)
         if state is not None and state.status is RunStatus.ACTIVE:
             name = stream_type(record.value)
             if name is not None:
                 self.round.event_counts[name] += 1  # the hot path: a delta inside an active run
                 return
         exc = self._guarded(
-            lambda: self._apply_decoded(record, thread_id, state),
+            lambda: self._apply_decoded(record, agent, key, thread_id, state),
             "internal error applying an event; the thread's state is left as it was",
             record,
             thread_id,
@@ -204,6 +226,7 @@ class PartitionPair:
                 record,
                 thread_id,
                 state.run_id if state is not None else None,
+                agent,
             )
 
     def _guarded(
@@ -226,12 +249,14 @@ class PartitionPair:
             return exc
         return None
 
-    def _apply_decoded(self, record: Any, thread_id: str, state: ThreadState | None) -> None:
+    def _apply_decoded(
+        self, record: Any, agent: str, key: str, thread_id: str, state: ThreadState | None
+    ) -> None:
         try:
             event = decode_json(record.value)
         except Undecodable as exc:
             self.round.event_counts["unknown"] += 1
-            self._violation(record, thread_id, None, Rule.MALFORMED_EVENT, f"{exc}. Dropped")
+            self._violation(record, thread_id, None, Rule.MALFORMED_EVENT, f"{exc}. Dropped", agent)
             return
         event_type = event.get("type") if isinstance(event, dict) else None
         self.round.event_counts[event_type_label(event_type)] += 1
@@ -239,11 +264,11 @@ class PartitionPair:
         new = outcome.state
         run_id = new.run_id if new is not None else None
         for warning in outcome.warnings:
-            self._warn(warning, record, thread_id, run_id)
+            self._warn(warning, record, thread_id, run_id, agent)
         if new is not None and outcome.change is not Change.NONE:
             self._count_change(outcome.change, new)
         if new is not None and new is not state:
-            self.put(state, new)  # last: nothing above is left half done
+            self.put(state, new, key)  # last: nothing above is left half done
 
     def _count_change(self, change: Change, state: ThreadState) -> None:
         m, agent = self.metrics, self.agent
@@ -260,20 +285,53 @@ class PartitionPair:
         self.round.offsets["requests"] = record.offset + 1
         now_ms = record.timestamp if record.log_append_time else wall_ms
         thread_id = shaping.thread_of(record)
+        agent = self.layout.identify(record)
+        if isinstance(agent, Unusable):
+            self._reject_unusable(record, agent, thread_id, now_ms)
+            return
         exc = self._guarded(
-            lambda: self._judge_one(record, thread_id, now_ms),
+            lambda: self._judge_one(record, agent, thread_id, now_ms),
             "internal error judging a request; rejected as internal_error",
             record,
             thread_id,
         )
         if exc is not None:
-            self.effects.internal_error(self.round, record, thread_id, now_ms, exc)
+            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent)
+
+    def _reject_unusable(
+        self, record: InRecord, why: Unusable, thread_id: str | None, now_ms: int
+    ) -> None:
+        """Reject a request whose agent is not usable: never judged, nothing remembered;
+        the rejections topic and its reply topic get the verdict (naming no agent)."""
+        decision = rejected(Reason(why.code), why.detail, thread_id)
+        own = self.layout.group is None  # on an agent's own topic: that agent's record
+
+        def reject() -> None:
+            self.round.decided.append(record.received)
+            self.effects.decision(
+                self.round,
+                record,
+                decision,
+                thread_id,
+                now_ms,
+                None,
+                NOT_DECODED,
+                self.agent if own else None,
+            )
+
+        exc = self._guarded(reject, "internal error rejecting a request", record, thread_id)
+        if exc is not None:
+            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, None)
 
     def _lagging(self, record: InRecord, wall_ms: int, waited: float) -> None:
         """Reject a request whose events side lagged past `merge_max_wait_ms` (retryable)."""
         self.round.offsets["requests"] = record.offset + 1
         now_ms = record.timestamp if record.log_append_time else wall_ms
         thread_id = shaping.thread_of(record)
+        agent = self.layout.identify(record)
+        if isinstance(agent, Unusable):  # never judged either way: its own code says why
+            self._reject_unusable(record, agent, thread_id, now_ms)
+            return
         log.warning(
             "events side lagging past merge_max_wait_ms; request rejected as events_lagging",
             extra={"agent": self.agent, "partition": self.partition, "waited_s": round(waited, 3)},
@@ -283,22 +341,36 @@ class PartitionPair:
         def reject() -> None:
             self.round.decided.append(record.received)
             self.effects.decision(
-                self.round, record, decision, thread_id, now_ms, None, NOT_DECODED
+                self.round, record, decision, thread_id, now_ms, None, NOT_DECODED, agent
             )
 
         exc = self._guarded(reject, "internal error rejecting a request", record, thread_id)
         if exc is not None:
-            self.effects.internal_error(self.round, record, thread_id, now_ms, exc)
+            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent)
         self.defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
 
-    def _judge_one(self, record: InRecord, thread_id: str | None, now_ms: int) -> None:
-        found = decide(record, thread_id, self.state, now_ms, self.policy)
+    def _judge_one(self, record: InRecord, agent: str, thread_id: str | None, now_ms: int) -> None:
+        key = self.layout.key
+
+        def state_of(thread: str) -> ThreadState | None:
+            return self.state(key(agent, thread))
+
+        found = decide(record, thread_id, state_of, now_ms, self.policy)
         self.round.decided.append(record.received)
         self.effects.decision(
-            self.round, record, found.decision, thread_id, now_ms, found.forward, found.raw
+            self.round,
+            record,
+            found.decision,
+            thread_id,
+            now_ms,
+            found.forward,
+            found.raw,
+            agent,
         )
         if found.new is not None and found.new is not found.state:
-            self.put(found.state, found.new)  # last: nothing above is left half done
+            assert thread_id is not None  # a state is only ever found for a thread
+            # last: nothing above is left half done
+            self.put(found.state, found.new, key(agent, thread_id))
 
     # --- sweeping -------------------------------------------------------------------------
 
@@ -316,33 +388,50 @@ class PartitionPair:
     # --- warnings -------------------------------------------------------------------------
 
     def _violation(
-        self, record: Any, thread_id: str | None, run_id: str | None, rule: Rule, detail: str
+        self,
+        record: Any,
+        thread_id: str | None,
+        run_id: str | None,
+        rule: Rule,
+        detail: str,
+        agent: str | None,
     ) -> None:
-        self.effects.violation(self.round, record, thread_id, run_id, rule, detail)
+        self.effects.violation(self.round, record, thread_id, run_id, rule, detail, agent)
 
     def _warn(
-        self, warning: Finding, record: Any, thread_id: str | None, run_id: str | None
+        self,
+        warning: Finding,
+        record: Any,
+        thread_id: str | None,
+        run_id: str | None,
+        agent: str | None = None,
     ) -> None:
-        self.effects.warn(self.round, warning, record, thread_id, run_id)
+        """A warning a record brought; `agent` is the record's (None: not usable)."""
+        self.effects.warn(self.round, warning, record, thread_id, run_id, agent)
 
     def warn(self, warning: Finding, thread_id: str, run_id: str | None, now_ms: int) -> None:
-        """A warning about a thread that no record brought (the sweep's expiries)."""
-        self.effects.warn(self.round, warning, None, thread_id, run_id, now_ms=now_ms)
+        """A warning about a thread that no record brought (the sweep's expiries);
+        `thread_id` is the layout's key."""
+        agent, thread = self.layout.split(thread_id)
+        self.effects.warn(self.round, warning, None, thread, run_id, agent, now_ms=now_ms)
 
     # --- state and the round's bookkeeping ---------------------------------------------------
 
-    def put(self, old: ThreadState | None, new: ThreadState) -> None:
-        """Store a thread's new state in the open round."""
-        self.round.put(old, new)  # first: raises, changing nothing, if it cannot be encoded
+    def put(self, old: ThreadState | None, new: ThreadState, key: str | None = None) -> None:
+        """Store a thread's new state in the open round, under the layout's `key` (by
+        default its threadId: right on an agent's own topics only)."""
+        key = new.thread_id if key is None else key
+        self.round.put(old, new, key)  # first: raises, changing nothing, if not encodable
         if new.status is RunStatus.ACTIVE:
-            self._active.add(new.thread_id.encode())
+            self._active.add(key.encode())
         elif old is not None and old.status is RunStatus.ACTIVE:
-            self._active.discard(new.thread_id.encode())
+            self._active.discard(key.encode())
 
-    def delete(self, old: ThreadState) -> None:
+    def delete(self, old: ThreadState, key: str | None = None) -> None:
         """Forget a thread in the open round (the sweep's retention)."""
-        self.round.delete(old)
-        self._active.discard(old.thread_id.encode())
+        key = old.thread_id if key is None else key
+        self.round.delete(old, key)
+        self._active.discard(key.encode())
 
     def defer(self, update: Callable[[], None]) -> None:
         """A metric update to make once the open round commits."""
@@ -374,7 +463,7 @@ class PartitionPair:
             if state is None:
                 store.delete(thread_id)
             else:
-                store.put(state)
+                store.put(state, thread_id)
         store.commit()
         self.open_interrupts += done.open_delta
         self.thread_count += done.thread_delta

@@ -201,7 +201,9 @@ class Preparer:
         )
         if not still_valid:
             started = time.monotonic()
-            restored = await self.restorer.restore(pair.topics.changelog, pair.partition)
+            restored = await self.restorer.restore(
+                pair.topics.changelog, pair.partition, pair.layout.thread_of
+            )
             pair.load_store(restored.store, restored.active, restored.open_interrupts)
             self._loaded.add(slot)
             self.metrics.state_restore_seconds.observe(time.monotonic() - started)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -65,7 +66,11 @@ class Restorer:
     def forget_looked_ahead(self) -> None:
         self._known.clear()
 
-    async def restore(self, topic: str, partition: int) -> Restored:
+    async def restore(
+        self, topic: str, partition: int, thread_of: Callable[[str], str | None] | None = None
+    ) -> Restored:
+        """A changelog partition's threads; `thread_of` maps its keys to threadIds (a
+        group's keys name an agent too: `changelog.group_key`)."""
         tp = TopicPartition(topic, partition)
         if self.consumer is not None:
             try:
@@ -75,9 +80,9 @@ class Restorer:
                 log.info("changelog bounds not found", extra={"error": repr(exc)})
                 empty = False
             if empty:
-                return Restored(ThreadStore(), set(), 0)
+                return Restored(ThreadStore(thread_of), set(), 0)
         async with self._slots:
-            return await self._read(tp)
+            return await self._read(tp, thread_of)
 
     async def _committed_sizes(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """How many offsets lie between each partition's first one and its last stable one."""
@@ -87,7 +92,9 @@ class Restorer:
         ends = await self.consumer.end_offsets(tps)
         return {tp: ends[tp] - starts[tp] for tp in tps}
 
-    async def _read(self, tp: TopicPartition) -> Restored:
+    async def _read(
+        self, tp: TopicPartition, thread_of: Callable[[str], str | None] | None
+    ) -> Restored:
         reader = clients.consumer(
             self.settings,
             client_id=f"{self.settings.client_id}-restore",
@@ -102,7 +109,7 @@ class Restorer:
             end = (await reader.end_offsets([tp]))[tp]
             start = (await reader.beginning_offsets([tp]))[tp]
             reader.seek(tp, start)
-            store = ThreadStore()  # the pair keeps its old store if this is cancelled
+            store = ThreadStore(thread_of)  # the pair keeps its old store if this is cancelled
             hinted: dict[str, tuple[str, int]] = {}
             while await reader.position(tp) < end:
                 batch = await reader.getmany(tp, timeout_ms=1000)

@@ -34,7 +34,8 @@ class Mark:
 
 
 class Round:
-    """One pair's pending work. `changes` maps a threadId to its new state (None: deleted)."""
+    """One pair's pending work. `changes` maps a thread's key (its threadId; in a group,
+    `changelog.group_key`) to its new state (None: deleted)."""
 
     __slots__ = (
         "agent",
@@ -104,19 +105,21 @@ class Round:
 
     # --- state changes ------------------------------------------------------------------
 
-    def put(self, old: ThreadState | None, new: ThreadState) -> None:
+    def put(self, old: ThreadState | None, new: ThreadState, key: str | None = None) -> None:
+        key = new.thread_id if key is None else key
         # First: a state that cannot be encoded raises here, before anything changed.
-        self._encoded[new.thread_id] = (new, changelog.encode(new))
+        self._encoded[key] = (new, changelog.encode(new))
         self.open_delta += len(new.interrupts) - (len(old.interrupts) if old else 0)
         if old is None:
             self.thread_delta += 1
-        self.changes[new.thread_id] = new
+        self.changes[key] = new
 
-    def delete(self, old: ThreadState) -> None:
+    def delete(self, old: ThreadState, key: str | None = None) -> None:
+        key = old.thread_id if key is None else key
         self.open_delta -= len(old.interrupts)
         self.thread_delta -= 1
-        self._encoded.pop(old.thread_id, None)
-        self.changes[old.thread_id] = None
+        self._encoded.pop(key, None)
+        self.changes[key] = None
 
     def active_changes(self) -> dict[bytes, bool]:
         """Each changed thread's key, and whether its run is active in the new state."""

@@ -34,6 +34,7 @@ from aiokafka.errors import IllegalStateError
 from aiokafka.structs import ConsumerRecord
 
 from gateway.kafka import clients, fetchsessions, fetchwalk
+from gateway.kafka.agents import layout_for
 from gateway.kafka.assignment import Assignment
 from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.checkpoint import Checkpoint
@@ -122,7 +123,9 @@ class Gateway:
             self.assignment.heal()
 
     def make_pair(self, agent: str, partition: int) -> PartitionPair:
-        return PartitionPair(self.names.for_agent(agent), partition, self.context)
+        """The pair of an agent's own topics, or of a group's (`agent` a group's name)."""
+        layout = layout_for(agent, self.settings)
+        return PartitionPair(self.names.for_agent(agent), partition, self.context, layout)
 
     # --- lifecycle: start, the loop, shutdown --------------------------------------------------
 

@@ -116,13 +116,27 @@ def correlation_headers(record: InRecord) -> Headers:
     return [(HEADER_CORRELATION_ID, correlation_id)] if correlation_id is not None else []
 
 
+def _group(group: str | None) -> dict[str, Any]:
+    """The `group` member of a record about a group's topics (absent on an agent's own)."""
+    return {} if group is None else {"group": group}
+
+
 def reply_body(
-    record: InRecord, agent: str, decision: Decision, thread_id: str | None, now_ms: int, raw: Any
+    record: InRecord,
+    agent: str | None,
+    decision: Decision,
+    thread_id: str | None,
+    now_ms: int,
+    raw: Any,
+    group: str | None = None,
 ) -> dict[str, Any]:
-    """A decision's reply (for a rejection: the rejection record) as JSON members."""
+    """A decision's reply (for a rejection: the rejection record) as JSON members.
+
+    `agent` is None for a request on a group's topics that named no usable agent."""
     envelope: dict[str, Any] = {
         "verdict": str(decision.verdict),
         "agent": agent,
+        **_group(group),
         "threadId": thread_id,
         "runId": decision.run_id,
         **correlation(record.header_bytes(HEADER_CORRELATION_ID)),
@@ -142,13 +156,19 @@ def reply_body(
 
 
 def internal_error_body(
-    record: InRecord, agent: str, thread_id: str | None, now_ms: int, exc: Exception
+    record: InRecord,
+    agent: str | None,
+    thread_id: str | None,
+    now_ms: int,
+    exc: Exception,
+    group: str | None = None,
 ) -> bytes:
     """The rejection of a request the gateway failed on: plain values only, the input
     carried as the bytes received."""
     reply = {
         "verdict": str(Verdict.REJECT),
         "agent": agent,
+        **_group(group),
         "threadId": thread_id,
         "runId": None,
         **correlation(record.header_bytes(HEADER_CORRELATION_ID)),
@@ -171,16 +191,18 @@ def internal_error_body(
 
 def warning_body(
     warning: Finding,
-    agent: str,
+    agent: str | None,
     record: Any,
     thread_id: str | None,
     run_id: str | None,
     at_ms: int,
     suppressed: int,
+    group: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         **carried(warning),
         "agent": agent,
+        **_group(group),
         "threadId": thread_id,
         "runId": run_id,
         "at": iso(at_ms),

@@ -24,10 +24,11 @@ class Swept(Protocol):
 
     agent: str
 
+    # keys are the pair's (its layout's): a threadId, or in a group (agent, threadId)'s key
     def committed_ids(self) -> list[str]: ...
     def state(self, thread_id: str) -> ThreadState | None: ...
-    def put(self, old: ThreadState | None, new: ThreadState) -> None: ...
-    def delete(self, old: ThreadState) -> None: ...
+    def put(self, old: ThreadState | None, new: ThreadState, key: str | None = None) -> None: ...
+    def delete(self, old: ThreadState, key: str | None = None) -> None: ...
     def warn(self, warning: Finding, thread_id: str, run_id: str | None, now_ms: int) -> None: ...
     def defer(self, update: Callable[[], None]) -> None: ...
     def expired_counter(self) -> Callable[[], None]: ...
@@ -64,7 +65,7 @@ class Sweep:
             if state is None:
                 continue
             if self.retention.expired(state, now_ms):
-                pair.delete(state)
+                pair.delete(state, thread_id)
                 changes += 1
                 continue
             new, due = expire_due(state, now_ms)
@@ -72,7 +73,7 @@ class Sweep:
                 continue
             changes += 1
             try:
-                pair.put(state, new)
+                pair.put(state, new, thread_id)
             except Exception:
                 log.exception(
                     "internal error storing a thread's expired interrupts; state left as it was",
@@ -89,7 +90,7 @@ class Sweep:
                         "abandoned",
                         interrupt_id=interrupt.id,
                     ),
-                    state.thread_id,
+                    thread_id,  # the key: the pair names the agent it holds
                     state.run_id,
                     now_ms,
                 )

@@ -12,12 +12,16 @@ objects, and reading one costs a few microseconds. Threads whose run is active
 changelog bytes, of any version, until first read: restoring is then a copy, and
 threads nobody touches are never decoded. A value that cannot be decoded when
 read is logged and the thread reads as unknown.
+
+A store is keyed by what the changelog's keys hold: the threadId on an agent's own
+topics, `changelog.group_key(agent, threadId)` on a group's; `thread_of` maps a key
+back to its threadId (values held without one take it from there).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gateway.codec import changelog
 from gateway.core.thread import RunStatus, ThreadState
@@ -26,12 +30,18 @@ log = logging.getLogger("gateway.store")
 _DELETED = None
 
 
+def _same(key: str) -> str:
+    return key
+
+
 class ThreadStore:
-    def __init__(self) -> None:
+    def __init__(self, thread_of: Callable[[str], str | None] | None = None) -> None:
         self._committed: dict[str, ThreadState | bytes] = {}
         self._pending: dict[str, ThreadState | None] = {}
+        self.thread_of: Callable[[str], str | None] = thread_of or _same
 
     def get(self, thread_id: str) -> ThreadState | None:
+        """The state under a key (a threadId, or a group's key)."""
         if thread_id in self._pending:
             return self._pending[thread_id]
         value = self._committed.get(thread_id)
@@ -41,7 +51,10 @@ class ThreadStore:
 
     def _decode(self, thread_id: str, value: bytes) -> ThreadState | None:
         try:
-            state = changelog.decode_held(value, thread_id)
+            real = self.thread_of(thread_id)
+            if real is None:
+                raise changelog.ChangelogFormatError(f"key {thread_id[:200]!r} names no thread")
+            state = changelog.decode_held(value, real)
         except changelog.ChangelogFormatError as exc:
             log.error(
                 "unreadable changelog value; the thread reads as unknown",
@@ -53,8 +66,9 @@ class ThreadStore:
             self._committed[thread_id] = _held(state)
         return state
 
-    def put(self, state: ThreadState) -> None:
-        self._pending[state.thread_id] = state
+    def put(self, state: ThreadState, key: str | None = None) -> None:
+        """Store a state under `key` (default: its threadId)."""
+        self._pending[state.thread_id if key is None else key] = state
 
     def delete(self, thread_id: str) -> None:
         self._pending[thread_id] = _DELETED

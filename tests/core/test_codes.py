@@ -26,6 +26,9 @@ def test_the_codes_are_the_documented_strings():
         "internal_error",
         "input_too_large",
         "events_lagging",
+        "agent_missing",
+        "agent_name_illegal",
+        "agent_not_allowed",
     } == {str(r) for r in Reason}
     assert {
         "unrecognised_entry",
@@ -36,6 +39,9 @@ def test_the_codes_are_the_documented_strings():
         "protocol_violation",
         "unknown_event_type",
         "late_run_error",
+        "agent_missing",
+        "agent_name_illegal",
+        "agent_not_allowed",
     } <= {str(w) for w in Warn}
     assert {
         "first_event",

@@ -47,3 +47,54 @@ async def test_invalid_agent_name_and_unreachable_kafka_are_clear_errors(kafka_b
     ns.bootstrap = "127.0.0.1:1"
     code, _, err = await run(ns, "--agent", "ok", "--partitions", "1")
     assert code == 2 and "cannot reach Kafka" in err
+
+
+async def test_a_groups_topics_are_made_with_the_groups_partitions(kafka_bootstrap):
+    ns = Namespace(kafka_bootstrap)
+    groups = '{"team": {"agents": ["a", "b"], "partitions": 2}, "ops": {"partitions": 1}}'
+
+    async def run_groups(*args: str) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            str(GATEWAY_BIN),
+            "topics",
+            "create",
+            *args,
+            env=ns.env(groups=groups),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
+
+    code, out, err = await run_groups("--group", "team")
+    assert code == 0, err
+    made = {line.split()[1]: line.split()[0] for line in out.splitlines()}
+    assert made == {
+        ns.events("team"): "created",
+        ns.requests("team"): "created",
+        ns.run_requests("team"): "created",
+        ns.changelog("team"): "created",
+        ns.rejections: "created",
+        ns.warnings: "created",
+    }  # the group's four topics: none of its agents'
+    partitions = await _partitions(ns, [ns.events("team"), ns.changelog("team")])
+    assert partitions == {ns.events("team"): 2, ns.changelog("team"): 2}
+    code, out, err = await run_groups("--all-groups")
+    assert code == 0, err
+    actions = {line.split()[1]: line.split()[0] for line in out.splitlines()}
+    assert actions[ns.events("team")] == "exists" and actions[ns.events("ops")] == "created"
+    assert (await _partitions(ns, [ns.requests("ops")])) == {ns.requests("ops"): 1}
+    code, _, err = await run_groups("--group", "nope")
+    assert code == 2 and "no group 'nope'" in err
+
+
+async def _partitions(ns: Namespace, topics: list[str]) -> dict[str, int]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=ns.bootstrap)
+    await admin.start()
+    try:
+        return {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(topics)}
+    finally:
+        await admin.close()

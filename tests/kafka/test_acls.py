@@ -7,7 +7,7 @@ import shlex
 import pytest
 
 from gateway import cli
-from gateway.kafka.acls import Acl, gateway_acls, kafka_acls_commands, overlaps
+from gateway.kafka.acls import Acl, gateway_acls, group_acls, kafka_acls_commands, overlaps
 from gateway.settings import Settings
 
 P = "User:agui-gateway"
@@ -113,3 +113,40 @@ def test_the_command_prints_the_commands(capsys) -> None:
     assert out == kafka_acls_commands(
         gateway_acls(Settings(), "support", P), Settings().bootstrap_servers, "admin.properties"
     )
+
+
+def test_a_groups_acls_are_those_of_its_shared_topics_and_say_who_may_speak(
+    capsys, monkeypatch
+) -> None:
+    monkeypatch.setenv(
+        "AGUI_GATEWAY_GROUPS", '{"team": {"agents": ["a", "b"]}, "ops": {"partitions": 2}}'
+    )
+    settings = Settings()
+    acls = group_acls(settings, "team", P)
+    assert {(a.name, a.operation) for a in acls if a.resource_type == "topic"} == {
+        ("agui.team.events", "Read"),
+        ("agui.team.requests", "Read"),
+        ("agui.team.run-requests", "Write"),
+        ("agui.team.gateway-changelog", "Read"),
+        ("agui.team.gateway-changelog", "Write"),
+        ("agui.team.gateway-changelog", "DescribeConfigs"),
+        ("agui.rejections", "Write"),
+        ("agui.warnings", "Write"),
+    }
+    assert all(a.pattern == "literal" for a in acls if a.resource_type == "topic")
+    assert not any("agui.a." in a.name or "agui.b." in a.name for a in acls)  # no agent's own
+    with pytest.raises(ValueError, match="no group 'nope'"):
+        group_acls(settings, "nope", P)
+
+    assert cli.main(["acls", "--all-groups", "--principal", P]) == 0
+    captured = capsys.readouterr()
+    expected = sorted(
+        set(group_acls(settings, "team", P)) | set(group_acls(settings, "ops", P)),
+        key=lambda a: (a.resource_type, a.name, a.pattern, a.operation),
+    )
+    assert captured.out.splitlines() == kafka_acls_commands(
+        expected, settings.bootstrap_servers, "admin.properties"
+    )
+    assert "speak for every one of its agents" in captured.err
+    assert cli.main(["acls", "--group", "nope", "--principal", P]) == 2
+    assert "no group 'nope'" in capsys.readouterr().err

@@ -334,9 +334,9 @@ class FakeRestorer:
     def __init__(self) -> None:
         self.restored: list[tuple[str, int]] = []
 
-    async def restore(self, topic: str, partition: int) -> Restored:
+    async def restore(self, topic: str, partition: int, thread_of=None) -> Restored:
         self.restored.append((topic.split(".")[1], partition))
-        return Restored(ThreadStore(), set(), 0)
+        return Restored(ThreadStore(thread_of), set(), 0)
 
     async def look_ahead(self, tps: list[TopicPartition]) -> None:
         pass
