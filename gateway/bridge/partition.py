@@ -33,6 +33,7 @@ from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.outbox import Outbox, OutboxFailed
 from gateway.bridge.relay import relay, run_error
 from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID
+from gateway.core.codes import Reason
 
 log = logging.getLogger("gateway.bridge.partition")
 
@@ -64,7 +65,14 @@ class Refusal:
     agent: str | None = None  # the agent its RUN_ERROR names (a legal name the request gave)
 
 
-REFUSALS = ("agent_missing", "agent_name_illegal", "agent_not_allowed", "agent_not_served")
+# the gateway's codes for the same faults, and the bridge's own for an agent it has no
+# endpoint for
+REFUSALS = (
+    str(Reason.AGENT_MISSING),
+    str(Reason.AGENT_NAME_ILLEGAL),
+    str(Reason.AGENT_NOT_ALLOWED),
+    "agent_not_served",
+)
 
 # The agent a request is run by (its endpoint), or why none is.
 Resolve = Callable[[RunRequest], "AgentEndpoint | Refusal"]
@@ -166,12 +174,12 @@ class PartitionRuns:
         """Close the request's run at once with the bridge's RUN_ERROR: no agent is called."""
         await self.outbox.emit(
             request.key,
-            run_error(refusal.code, refusal.message),
+            run_error(str(refusal.code), refusal.message),
             event_headers(request.correlation_id, refusal.agent),
         )
         self.ledger.end(request.offset)
         await self.outbox.commit()
-        self.metrics.refused.labels(self.owner, refusal.code).inc()
+        self.metrics.refused.labels(self.owner, str(refusal.code)).inc()
         log.warning(
             "run request refused",
             extra={
@@ -180,7 +188,7 @@ class PartitionRuns:
                 "offset": request.offset,
                 "threadId": request.key.decode("utf-8", "replace")[:200],
                 "agent": None if request.agent is None else request.agent[:200],
-                "code": refusal.code,
+                "code": str(refusal.code),
                 "detail": refusal.message,
                 "correlationId": request.correlation_id,
             },

@@ -30,14 +30,14 @@ from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.outbox import Outbox
 from gateway.bridge.partition import REFUSALS, AgentEndpoint, PartitionRuns, Refusal, Resolve
 from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID
+from gateway.core.codes import Reason
 from gateway.kafka import clients
+from gateway.kafka.agents import MAX_AGENT_CHARS
 from gateway.kafka.brokerwatch import BrokerWatch
 from gateway.kafka.topics import changelog_configs, ensure_topics
 from gateway.settings import BridgeAgent, Settings
 
 log = logging.getLogger("gateway.bridge")
-
-MAX_AGENT_NAME = 249  # the longest agent name (as the longest topic name Kafka allows)
 
 
 def served_groups(settings: Settings) -> list[str]:
@@ -148,9 +148,9 @@ class Bridge:
             if not grouped:
                 if agent is not None and agent != owner:
                     return Refusal(
-                        "agent_not_allowed",
+                        Reason.AGENT_NOT_ALLOWED,
                         f"a run request on agent {owner!r}'s topic names another agent in "
-                        f"its {HEADER_AGENT} header: {agent[:MAX_AGENT_NAME]!r}",
+                        f"its {HEADER_AGENT} header: {agent[:MAX_AGENT_CHARS]!r}",
                         owner,
                     )
                 endpoint = self._endpoint(owner)
@@ -158,18 +158,18 @@ class Bridge:
                 return endpoint
             if agent is None:
                 return Refusal(
-                    "agent_missing",
+                    Reason.AGENT_MISSING,
                     f"a run request on group {owner!r}'s topic names no agent in its "
                     f"{HEADER_AGENT} header",
                 )
-            if len(agent) > MAX_AGENT_NAME or not legal.fullmatch(agent):
+            if len(agent) > MAX_AGENT_CHARS or not legal.fullmatch(agent):
                 return Refusal(
-                    "agent_name_illegal",
+                    Reason.AGENT_NAME_ILLEGAL,
                     f"the {HEADER_AGENT} header of a run request on group {owner!r}'s topic "
-                    f"is not a legal agent name: {agent[:MAX_AGENT_NAME]!r}",
+                    f"is not a legal agent name: {agent[:MAX_AGENT_CHARS]!r}",
                 )
             if s.group_of(agent) != owner:  # another group's, or with topics of its own
-                return Refusal("agent_not_allowed", f"group {owner!r} has no agent {agent!r}")
+                return Refusal(Reason.AGENT_NOT_ALLOWED, f"group {owner!r} has no agent {agent!r}")
             endpoint = self._endpoint(agent)
             if endpoint is None:
                 return Refusal(

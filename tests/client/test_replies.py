@@ -103,7 +103,7 @@ def test_a_groups_rejection_may_name_no_agent() -> None:
             **ENVELOPE,
             "agent": None,
             "group": "team",
-            "reasons": [{"code": "uncovered_interrupt", "detail": "d"}],
+            "reasons": [{"code": "agent_missing", "detail": "d"}],
             "warnings": [],
             "input": None,
             "at": AT,
@@ -111,5 +111,6 @@ def test_a_groups_rejection_may_name_no_agent() -> None:
     )
     assert isinstance(reply, RejectReply)
     assert (reply.agent, reply.group) == (None, "team")
+    assert reply.codes() == [Reason.AGENT_MISSING]
     forward = parse_reply({"verdict": "forward", **ENVELOPE, "group": "team", "at": AT})
     assert (forward.agent, forward.group) == ("support", "team")

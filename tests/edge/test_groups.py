@@ -6,7 +6,8 @@ agent's run on `team`'s events topic, though both runs share one thread id and
 even one run id. The gateway's part (judging, forwarding) is played here by a
 stand-in that forwards every request as the gateway does for a group: to the
 group's run-requests topic with the request's `agui-agent` header, and a
-`forward` reply naming the agent.
+`forward` reply naming the agent. The whole loop with the real gateway is in
+`tests/edge/test_groups_loop.py`.
 """
 
 from __future__ import annotations
