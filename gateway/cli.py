@@ -69,6 +69,14 @@ def _parser() -> argparse.ArgumentParser:
         help="stop after this many seconds (default: run until Ctrl-C)",
     )
     demo.add_argument(
+        "--group-agents",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the simulated agents as N agents (<agent>-1 .. <agent>-N) of one group "
+        "named <agent>, sharing the group's topics (default 0: one agent on its own topics)",
+    )
+    demo.add_argument(
         "--real-agent",
         action="store_true",
         help="also run a real offline pydantic-ai agent (<agent>-payments) behind the bridge, "
@@ -243,7 +251,13 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.commands import demo
 
         return demo.main(
-            settings, args.agent, args.partitions, args.rate, args.duration, args.real_agent
+            settings,
+            args.agent,
+            args.partitions,
+            args.rate,
+            args.duration,
+            args.real_agent,
+            args.group_agents,
         )
     if args.command == "bridge":
         from gateway.commands import bridge

@@ -14,6 +14,12 @@ compacted) in the same transaction as the events and the consumed offset:
 A bridge that takes the partition over reads that record: a `started` request
 is never sent to the agent again (its run is closed with `RUN_ERROR`
 `bridge_restarted`), an `ended` one is skipped.
+
+On a group's topics (many agents, one set of topics) a request names its agent
+(`agui-agent`): a thread is an agent's thread id, so two agents' runs on the
+same thread id do not wait for each other, and a started run keeps its agent
+(the `agent` member of a `started` entry; markers without it are read as the
+topic's own agent's).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import orjson
 
 MARKER_VERSION = 1
 
+Thread = tuple[str | None, bytes]  # (the agent a request names, the thread id)
+
 
 @dataclass(slots=True)
 class RunRequest:
@@ -35,6 +43,11 @@ class RunRequest:
     key: bytes  # the thread id, as the record's key
     value: bytes  # the RunAgentInput, as forwarded by the gateway
     correlation_id: str | None = None
+    agent: str | None = None  # the agent its agui-agent header names, if any
+
+    @property
+    def thread(self) -> Thread:
+        return (self.agent, self.key)
 
 
 @dataclass(slots=True)
@@ -42,6 +55,7 @@ class StartedRun:
     offset: int
     key: bytes
     correlation_id: str | None = None
+    agent: str | None = None
 
 
 @dataclass(slots=True)
@@ -63,6 +77,7 @@ def encode_marker(partition: int, state: MarkerState) -> bytes:
                     "thread": run.key.decode("utf-8", "replace"),
                     "threadHex": run.key.hex(),
                     "correlationId": run.correlation_id,
+                    **({"agent": run.agent} if run.agent is not None else {}),
                 }
                 for run in sorted(state.started.values(), key=lambda r: r.offset)
             ],
@@ -81,7 +96,10 @@ def decode_marker(value: bytes) -> MarkerState:
             )
         started = {
             int(item["offset"]): StartedRun(
-                int(item["offset"]), bytes.fromhex(item["threadHex"]), item.get("correlationId")
+                int(item["offset"]),
+                bytes.fromhex(item["threadHex"]),
+                item.get("correlationId"),
+                item.get("agent"),
             )
             for item in data["started"]
         }
@@ -98,7 +116,7 @@ class PartitionLedger:
         self.started: dict[int, StartedRun] = dict(restored.started)
         self.ended: set[int] = set(restored.ended)
         self.pending: dict[int, RunRequest] = {}  # consumed, not ended
-        self.threads: dict[bytes, deque[RunRequest]] = {}  # per thread, in offset order
+        self.threads: dict[Thread, deque[RunRequest]] = {}  # per thread, in offset order
         self._committed_next = restored.next
 
     # --- consuming -------------------------------------------------------------------
@@ -112,19 +130,19 @@ class PartitionLedger:
         if request.offset in self.ended:
             return False
         self.pending[request.offset] = request
-        queue = self.threads.setdefault(request.key, deque())
+        queue = self.threads.setdefault(request.thread, deque())
         queue.append(request)
         return True
 
-    def next_of(self, key: bytes) -> RunRequest | None:
-        queue = self.threads.get(key)
+    def next_of(self, thread: Thread) -> RunRequest | None:
+        queue = self.threads.get(thread)
         return queue[0] if queue else None
 
     # --- runs ------------------------------------------------------------------------
 
     def start(self, request: RunRequest) -> None:
         self.started[request.offset] = StartedRun(
-            request.offset, request.key, request.correlation_id
+            request.offset, request.key, request.correlation_id, request.agent
         )
 
     def end(self, offset: int) -> None:
@@ -133,13 +151,13 @@ class PartitionLedger:
         request = self.pending.pop(offset, None)
         self.ended.add(offset)
         if request is not None:
-            queue = self.threads.get(request.key)
+            queue = self.threads.get(request.thread)
             if queue and queue[0] is request:
                 queue.popleft()
             elif queue:
                 queue.remove(request)
             if queue is not None and not queue:
-                del self.threads[request.key]
+                del self.threads[request.thread]
 
     # --- committing ------------------------------------------------------------------
 

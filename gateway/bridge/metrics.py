@@ -1,4 +1,9 @@
-"""The bridge's Prometheus metrics (`agui_gateway_bridge_*`), on an injected registry."""
+"""The bridge's Prometheus metrics (`agui_gateway_bridge_*`), on an injected registry.
+
+The `agent` label is the owner of the topics a run came from: the agent, or for an
+agent of a group the group (as the gateway's own metrics), so the series grow with
+groups, not agents. Which agent ran is in the log line of each run.
+"""
 
 from __future__ import annotations
 
@@ -59,6 +64,17 @@ class BridgeMetrics:
             ["agent"],
             registry=registry,
         )
+        self.refused = Counter(
+            PREFIX + "requests_refused_total",
+            "Run requests no agent was called for, closed at once with the bridge's RUN_ERROR, "
+            "by the agent or group whose topic carried them and the code: agent_missing (a "
+            "group's request naming no agent), agent_name_illegal (naming no legal agent "
+            "name), agent_not_allowed (an agent not of the group, or another agent on an "
+            "agent's own topic), agent_not_served (an agent of the group that this "
+            "bridge does not serve)",
+            ["owner", "code"],
+            registry=registry,
+        )
         self.transactions = Counter(
             PREFIX + "transactions_total",
             "Transactions of events, run markers and offsets, by result",
@@ -67,6 +83,11 @@ class BridgeMetrics:
         )
         for result in ("committed", "failed"):
             self.transactions.labels(result)
+
+    def owner(self, owner: str, refusals: tuple[str, ...]) -> None:
+        """Create a served topic owner's refusal series from zero."""
+        for code in refusals:
+            self.refused.labels(owner, code)
 
     def agent(self, agent: str) -> None:
         """Create an agent's bounded series from zero, so rate() sees first increments."""

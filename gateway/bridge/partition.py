@@ -5,6 +5,16 @@ A run takes one of its agent's slots (`concurrent_runs`), records "started" in
 the ledger and waits until that marker is committed, and only then calls the
 agent. Its events go through the partition's outbox; its end (the ledger's
 "ended" and the committable offset) is committed with its last events.
+
+The partition's topic is an agent's own or a group's (many agents): each
+request is run by the agent it names (`agui-agent`; on an agent's own topic,
+the topic's agent), every event it causes names that agent too. A request the
+bridge cannot run (on a group's topic it names no agent, or an agent the group
+does not have or this bridge does not serve; on an agent's own topic it names
+another agent) is never lost and never holds anything up: its run is closed at
+once with a `RUN_ERROR` the bridge writes (`agent_missing`, `agent_name_illegal`,
+`agent_not_allowed`: the gateway's codes for the same faults; `agent_not_served`),
+and the request ends like any other.
 """
 
 from __future__ import annotations
@@ -13,14 +23,17 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 
-from gateway.bridge.ledger import PartitionLedger, RunRequest
+from gateway.bridge.ledger import PartitionLedger, RunRequest, Thread
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.outbox import Outbox, OutboxFailed
 from gateway.bridge.relay import relay, run_error
-from gateway.codec.records import HEADER_CORRELATION_ID
+from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID
+from gateway.core.values.codes import Reason
 
 log = logging.getLogger("gateway.bridge.partition")
 
@@ -43,25 +56,58 @@ class AgentEndpoint:
         self.slots = asyncio.Semaphore(slots)
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why the bridge runs no agent for a request: the code and message of its RUN_ERROR."""
+
+    code: str  # one of REFUSALS
+    message: str
+    agent: str | None = None  # the agent its RUN_ERROR names (a legal name the request gave)
+
+
+# the gateway's codes for the same faults, and the bridge's own for an agent it has no
+# endpoint for
+REFUSALS = (
+    str(Reason.AGENT_MISSING),
+    str(Reason.AGENT_NAME_ILLEGAL),
+    str(Reason.AGENT_NOT_ALLOWED),
+    "agent_not_served",
+)
+
+# The agent a request is run by (its endpoint), or why none is.
+Resolve = Callable[[RunRequest], "AgentEndpoint | Refusal"]
+
+
 def correlation_headers(correlation_id: str | None) -> list[tuple[str, bytes]]:
     return [(HEADER_CORRELATION_ID, correlation_id.encode())] if correlation_id else []
+
+
+def event_headers(correlation_id: str | None, agent: str | None) -> list[tuple[str, bytes]]:
+    """An event's headers: the correlation id of the request that caused it, and its agent."""
+    agent_header = [(HEADER_AGENT, agent.encode())] if agent is not None else []
+    return correlation_headers(correlation_id) + agent_header
 
 
 class PartitionRuns:
     def __init__(
         self,
-        endpoint: AgentEndpoint,
+        owner: str,
+        resolve: Resolve,
         ledger: PartitionLedger,
         outbox: Outbox,
         metrics: BridgeMetrics,
         max_event_bytes: int,
+        grouped: bool = False,
     ) -> None:
-        self.endpoint = endpoint
+        self.owner = owner  # the agent, or the group, whose topics these are
+        self.grouped = grouped
+        self.resolve = resolve
         self.ledger = ledger
         self.outbox = outbox
         self.metrics = metrics
         self.max_event_bytes = max_event_bytes
-        self._threads: dict[bytes, asyncio.Task[None]] = {}
+        self._threads: dict[Thread, asyncio.Task[None]] = {}
+        self._pending: set[int] = set()  # offsets counted in requests_pending
         self.closing = False  # no new run starts (the bridge is stopping)
 
     @property
@@ -73,6 +119,7 @@ class PartitionRuns:
         `bridge_restarted`, never a second call to the agent."""
         restarted = sorted(self.ledger.started.values(), key=lambda r: r.offset)
         for run in restarted:
+            agent = run.agent if run.agent is not None or self.grouped else self.owner
             await self.outbox.emit(
                 run.key,
                 run_error(
@@ -80,18 +127,18 @@ class PartitionRuns:
                     "the bridge relaying this run stopped before it ended; "
                     "the run is not started again",
                 ),
-                correlation_headers(run.correlation_id),
+                event_headers(run.correlation_id, agent),
             )
             self.ledger.end(run.offset)
         if restarted:
             await self.outbox.commit()
-            for _ in restarted:
-                self.metrics.runs.labels(self.endpoint.agent, "bridge_restarted").inc()
-                self.metrics.events.labels(self.endpoint.agent, "bridge").inc()
+            self.metrics.runs.labels(self.owner, "bridge_restarted").inc(len(restarted))
+            self.metrics.events.labels(self.owner, "bridge").inc(len(restarted))
             log.warning(
                 "closed runs a stopped bridge had started",
                 extra={
-                    "agent": self.endpoint.agent,
+                    "owner": self.owner,
+                    "agents": sorted({run.agent or self.owner for run in restarted}),
                     "partition": self.outbox.tp.partition,
                     "offsets": [r.offset for r in restarted],
                 },
@@ -101,28 +148,61 @@ class PartitionRuns:
     def accept(self, request: RunRequest) -> None:
         if not self.ledger.accept(request):
             return
-        if request.key not in self._threads:
-            self._threads[request.key] = asyncio.create_task(
-                self._thread(request.key), name=f"thread-{self.outbox.tp}"
+        thread = request.thread
+        if thread not in self._threads:
+            self._threads[thread] = asyncio.create_task(
+                self._thread(thread), name=f"thread-{self.outbox.tp}"
             )
-        self.metrics.requests_pending.labels(self.endpoint.agent).inc()
+        target = self.resolve(request)
+        if isinstance(target, AgentEndpoint):
+            self._pending.add(request.offset)
+            self.metrics.requests_pending.labels(self.owner).inc()
 
-    async def _thread(self, key: bytes) -> None:
+    async def _thread(self, thread: Thread) -> None:
         try:
-            while not self.closing and (request := self.ledger.next_of(key)) is not None:
+            while not self.closing and (request := self.ledger.next_of(thread)) is not None:
                 await self._run(request)
         except OutboxFailed:
             pass  # the partition is being rebuilt
         except Exception:
-            log.exception("bridge run failed", extra={"agent": self.endpoint.agent})
+            log.exception("bridge run failed", extra={"owner": self.owner})
             self.outbox.failed = self.outbox.failed or RuntimeError("run task failed")
         finally:
-            self._threads.pop(key, None)
+            self._threads.pop(thread, None)
+
+    async def _refuse(self, request: RunRequest, refusal: Refusal) -> None:
+        """Close the request's run at once with the bridge's RUN_ERROR: no agent is called."""
+        await self.outbox.emit(
+            request.key,
+            run_error(str(refusal.code), refusal.message),
+            event_headers(request.correlation_id, refusal.agent),
+        )
+        self.ledger.end(request.offset)
+        await self.outbox.commit()
+        self.metrics.refused.labels(self.owner, str(refusal.code)).inc()
+        log.warning(
+            "run request refused",
+            extra={
+                "owner": self.owner,
+                "partition": self.outbox.tp.partition,
+                "offset": request.offset,
+                "threadId": request.key.decode("utf-8", "replace")[:200],
+                "agent": None if request.agent is None else request.agent[:200],
+                "code": str(refusal.code),
+                "detail": refusal.message,
+                "correlationId": request.correlation_id,
+            },
+        )
 
     async def _run(self, request: RunRequest) -> None:
-        agent = self.endpoint.agent
-        headers = correlation_headers(request.correlation_id)
-        async with self.endpoint.slots:
+        endpoint = self.resolve(request)
+        if isinstance(endpoint, Refusal):
+            await self._refuse(request, endpoint)
+            return
+        agent = endpoint.agent
+        label = self.owner  # the metrics' agent label: the topics' owner (bounded series)
+        headers = event_headers(request.correlation_id, agent)
+        async with endpoint.slots:
             if self.closing:
                 return
             self.ledger.start(request)
@@ -132,32 +212,35 @@ class PartitionRuns:
                 await self.outbox.emit(request.key, data, headers)
 
             began = time.monotonic()
-            self.metrics.in_flight.labels(agent).inc()
+            self.metrics.in_flight.labels(label).inc()
             try:
                 result = await relay(
-                    self.endpoint.client,
-                    self.endpoint.url,
+                    endpoint.client,
+                    endpoint.url,
                     request.value,
-                    self.endpoint.headers,
+                    endpoint.headers,
                     emit,
                     self.max_event_bytes,
                 )
             finally:
-                self.metrics.in_flight.labels(agent).dec()
+                self.metrics.in_flight.labels(label).dec()
             self.ledger.end(request.offset)
-            self.metrics.requests_pending.labels(agent).dec()
+            if request.offset in self._pending:
+                self._pending.discard(request.offset)
+                self.metrics.requests_pending.labels(label).dec()
             await self.outbox.commit()
-        self.metrics.run_seconds.labels(agent).observe(time.monotonic() - began)
-        self.metrics.runs.labels(agent, result.result).inc()
-        self.metrics.events.labels(agent, "agent").inc(result.events)
+        self.metrics.run_seconds.labels(label).observe(time.monotonic() - began)
+        self.metrics.runs.labels(label, result.result).inc()
+        self.metrics.events.labels(label, "agent").inc(result.events)
         if result.code is not None:
-            self.metrics.events.labels(agent, "bridge").inc()
+            self.metrics.events.labels(label, "bridge").inc()
         if result.http_status is not None and not 200 <= result.http_status < 300:
-            self.metrics.http_errors.labels(agent, str(result.http_status)).inc()
+            self.metrics.http_errors.labels(label, str(result.http_status)).inc()
         log.info(
             "run ended",
             extra={
                 "agent": agent,
+                "owner": self.owner,
                 "partition": self.outbox.tp.partition,
                 "offset": request.offset,
                 "result": result.result,
@@ -182,5 +265,6 @@ class PartitionRuns:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-        self.metrics.requests_pending.labels(self.endpoint.agent).dec(len(self.ledger))
+        self.metrics.requests_pending.labels(self.owner).dec(len(self._pending))
+        self._pending.clear()
         await self.outbox.stop()

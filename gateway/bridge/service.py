@@ -2,12 +2,16 @@
 
 One consumer group (`bridge_group_id`) reads every served agent's run-requests
 topic (`read_committed`, a pattern subscription: new agents are picked up
-without a restart). On assignment a new partition is paused, its transactional
-producer initialised (fencing a previous owner and aborting its open
-transaction), its marker read back, runs left started closed with
-`bridge_restarted`, and consumption resumed from the marker's offset. A
-partition no longer assigned has its runs cancelled and what they had not
-committed aborted.
+without a restart). An agent of a group (`Settings.groups`) is served on its
+group's topic, shared with the group's other agents: the bridge subscribes to
+the run-requests topic of every group it serves an agent of (`served_groups`),
+and runs each request with the agent it names (`agui-agent`).
+
+On assignment a new partition is paused, its transactional producer
+initialised (fencing a previous owner and aborting its open transaction), its
+marker read back, runs left started closed with `bridge_restarted`, and
+consumption resumed from the marker's offset. A partition no longer assigned
+has its runs cancelled and what they had not committed aborted.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from gateway.bridge.ledger import MarkerState, PartitionLedger, RunRequest, decode_marker
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.outbox import Outbox
-from gateway.bridge.partition import AgentEndpoint, PartitionRuns
-from gateway.codec.records import HEADER_CORRELATION_ID
+from gateway.bridge.partition import REFUSALS, AgentEndpoint, PartitionRuns, Refusal, Resolve
+from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID
+from gateway.core.values.codes import Reason
+from gateway.kafka.pairs.agents import MAX_AGENT_CHARS
 from gateway.kafka.wire import clients, txnids
 from gateway.kafka.wire.brokerwatch import BrokerWatch
 from gateway.kafka.wire.topics import changelog_configs, ensure_topics
@@ -34,13 +40,32 @@ from gateway.settings import BridgeAgent, Settings
 log = logging.getLogger("gateway.bridge")
 
 
+def served_groups(settings: Settings) -> list[str]:
+    """The groups the bridge serves an agent of (so it reads their run-requests topics):
+    a group one of whose listed agents, or one of bridge_agents, is the group's and has an
+    endpoint; or a group with a pattern (or open to any name) when bridge_agent_pattern
+    with bridge_default may serve its agents."""
+    by_pattern = bool(settings.bridge_agent_pattern) and settings.bridge_default is not None
+    served = []
+    for name, group in settings.groups.items():
+        listed = [*group.agents, *settings.bridge_agents]
+        if any(
+            settings.group_of(agent) == name and settings.bridge_agent(agent) is not None
+            for agent in listed
+        ) or (by_pattern and (group.open or group.agent_pattern is not None)):
+            served.append(name)
+    return served
+
+
 def subscription(settings: Settings) -> str:
-    """The run-requests topics of every agent the bridge serves, as one regex."""
-    names = [re.escape(name) for name in settings.bridge_agents]
+    """The run-requests topics of every agent (with topics of its own) and every group the
+    bridge serves, as one regex."""
+    names = [re.escape(name) for name in settings.bridge_agents if not settings.group_of(name)]
+    names += [re.escape(group) for group in served_groups(settings)]
     if settings.bridge_agent_pattern and settings.bridge_default is not None:
         names.append(f"(?:{settings.bridge_agent_pattern})")
     head, tail = settings.run_requests_topic.split("{agent}")
-    return f"^{re.escape(head)}(?:{'|'.join(names)}){re.escape(tail)}$"
+    return f"^{re.escape(head)}(?:{'|'.join(names) or '(?!)'}){re.escape(tail)}$"
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -68,8 +93,12 @@ class Bridge:
         self.restoring: dict[TopicPartition, asyncio.Task[None]] = {}
         self.backpressured: set[TopicPartition] = set()
         self.endpoints: dict[str, AgentEndpoint] = {}
+        # one HTTP client for every agent served by bridge_default (a group of thousands
+        # of agents is one connection pool, not thousands); its own for each other agent
+        self._default_client: httpx.AsyncClient | None = None
         self._runs_topics_ready: set[str] = set()
         self._topic_agent = settings.topic_regex(settings.run_requests_topic)
+        self._groups = set(served_groups(settings))
         self._consuming = False  # the consumer has started and subscribed
         self.broker = BrokerWatch(lambda: clients.probe(self.consumer), settings.broker_timeout_s)
 
@@ -83,6 +112,7 @@ class Bridge:
             "assigned": sorted(str(tp) for tp in self.partitions),
             "restoring": sorted(str(tp) for tp in self.restoring),
             "agents": sorted(self.endpoints),
+            "groups": sorted(self._groups),
         }
 
     # --- agents ----------------------------------------------------------------------
@@ -93,9 +123,11 @@ class Bridge:
         config = self.settings.bridge_agent(agent)
         if config is None:
             return None
-        endpoint = _make_endpoint(agent, config)
+        shared = config is self.settings.bridge_default
+        if shared and self._default_client is None:
+            self._default_client = _make_client(config, shared=True)
+        endpoint = _make_endpoint(agent, config, self._default_client if shared else None)
         self.endpoints[agent] = endpoint
-        self.metrics.agent(agent)
         log.info(
             "serving agent",
             extra={
@@ -105,6 +137,49 @@ class Bridge:
             },
         )
         return endpoint
+
+    def _resolver(self, owner: str, grouped: bool) -> Resolve:
+        """The agent each request of `owner`'s topic is run by, or why none is."""
+        s = self.settings
+        legal = re.compile(s.agent_name_pattern)
+
+        def resolve(request: RunRequest) -> AgentEndpoint | Refusal:
+            agent = request.agent
+            if not grouped:
+                if agent is not None and agent != owner:
+                    return Refusal(
+                        Reason.AGENT_NOT_ALLOWED,
+                        f"a run request on agent {owner!r}'s topic names another agent in "
+                        f"its {HEADER_AGENT} header: {agent[:MAX_AGENT_CHARS]!r}",
+                        owner,
+                    )
+                endpoint = self._endpoint(owner)
+                assert endpoint is not None  # the partition was opened for it
+                return endpoint
+            if agent is None:
+                return Refusal(
+                    Reason.AGENT_MISSING,
+                    f"a run request on group {owner!r}'s topic names no agent in its "
+                    f"{HEADER_AGENT} header",
+                )
+            if len(agent) > MAX_AGENT_CHARS or not legal.fullmatch(agent):
+                return Refusal(
+                    Reason.AGENT_NAME_ILLEGAL,
+                    f"the {HEADER_AGENT} header of a run request on group {owner!r}'s topic "
+                    f"is not a legal agent name: {agent[:MAX_AGENT_CHARS]!r}",
+                )
+            if s.group_of(agent) != owner:  # another group's, or with topics of its own
+                return Refusal(Reason.AGENT_NOT_ALLOWED, f"group {owner!r} has no agent {agent!r}")
+            endpoint = self._endpoint(agent)
+            if endpoint is None:
+                return Refusal(
+                    "agent_not_served",
+                    f"this bridge serves no agent {agent!r} (of group {owner!r})",
+                    agent,
+                )
+            return endpoint
+
+        return resolve
 
     # --- assignment ------------------------------------------------------------------
 
@@ -161,18 +236,24 @@ class Bridge:
 
     async def _restore(self, tp: TopicPartition) -> PartitionRuns | None:
         match = self._topic_agent.match(tp.topic)
-        endpoint = self._endpoint(match.group("agent")) if match else None
-        if endpoint is None:
-            log.error("assigned a topic of no served agent", extra={"topic": tp.topic})
+        owner = match.group("agent") if match else None
+        grouped = owner in self.settings.groups
+        if owner is None:
+            served = False
+        else:
+            served = owner in self._groups if grouped else self._endpoint(owner) is not None
+        if owner is None or not served:
+            log.error("assigned a topic of no served agent or group", extra={"topic": tp.topic})
             return None
         s = self.settings
-        agent = endpoint.agent
-        runs_topic = s.topic(s.bridge_runs_topic, agent)
+        self.metrics.agent(owner)  # the metrics' agent label is the topics' owner
+        self.metrics.owner(owner, REFUSALS)
+        runs_topic = s.topic(s.bridge_runs_topic, owner)
         await self._ensure_runs_topic(tp.topic, runs_topic)
         producer = clients.producer(
             s,
-            client_id=f"{s.client_id}-bridge-{agent}-{tp.partition}",
-            transactional_id=txnids.bridge_id(s, agent, tp.partition),
+            client_id=f"{s.client_id}-bridge-{owner}-{tp.partition}",
+            transactional_id=txnids.bridge_id(s, owner, tp.partition),
             enable_idempotence=True,
             transaction_timeout_ms=s.transaction_timeout_ms,
             linger_ms=2,
@@ -186,14 +267,22 @@ class Bridge:
                 producer,
                 ledger,
                 tp=tp,
-                events_topic=s.topic(s.events_topic, agent),
+                events_topic=s.topic(s.events_topic, owner),
                 runs_topic=runs_topic,
                 group_id=s.bridge_group_id,
                 capacity_bytes=s.bridge_buffer_bytes,
                 metrics=self.metrics,
             )
             outbox.start()
-            runs = PartitionRuns(endpoint, ledger, outbox, self.metrics, s.bridge_max_event_bytes)
+            runs = PartitionRuns(
+                owner,
+                self._resolver(owner, grouped),
+                ledger,
+                outbox,
+                self.metrics,
+                s.bridge_max_event_bytes,
+                grouped,
+            )
             await runs.close_restarted()
         except BaseException:
             with contextlib.suppress(Exception):
@@ -297,8 +386,8 @@ class Bridge:
             with contextlib.suppress(Exception):
                 await clients.stop(self.consumer)
             await self.broker.stop()
-            for endpoint in self.endpoints.values():
-                await endpoint.client.aclose()
+            for client in {id(e.client): e.client for e in self.endpoints.values()}.values():
+                await client.aclose()
 
     async def _housekeeping(self) -> None:
         """Rebuild failed partitions; pause and resume for bounded pending work."""
@@ -322,27 +411,40 @@ class Bridge:
 
 
 def _request(message: Any) -> RunRequest:
-    correlation = None
+    correlation = agent = None
     for name, value in message.headers or ():
         if name == HEADER_CORRELATION_ID and value is not None:
             correlation = value.decode("utf-8", "replace")
-    return RunRequest(message.offset, message.key or b"", message.value or b"", correlation)
+        elif name == HEADER_AGENT and value:
+            agent = value.decode("utf-8", "replace")
+    return RunRequest(message.offset, message.key or b"", message.value or b"", correlation, agent)
 
 
-def _make_endpoint(agent: str, config: BridgeAgent) -> AgentEndpoint:
+def _make_client(config: BridgeAgent, shared: bool = False) -> httpx.AsyncClient:
+    """An HTTP client for an agent's endpoint; `shared` by many agents, its pool is not
+    bounded by one agent's concurrent_runs (each agent's own slots bound its runs)."""
     timeout = httpx.Timeout(
         connect=config.connect_timeout_s,
         read=config.read_timeout_s,
         write=config.read_timeout_s,
         pool=None,
     )
-    client = httpx.AsyncClient(
+    return httpx.AsyncClient(
         timeout=timeout,
-        limits=httpx.Limits(max_connections=config.concurrent_runs),
+        limits=httpx.Limits(max_connections=None if shared else config.concurrent_runs),
         follow_redirects=False,
         trust_env=False,
     )
+
+
+def _make_endpoint(
+    agent: str, config: BridgeAgent, client: httpx.AsyncClient | None = None
+) -> AgentEndpoint:
     headers = {name: value.get_secret_value() for name, value in config.headers.items()}
     return AgentEndpoint(
-        agent, config.url.replace("{agent}", agent), client, headers, config.concurrent_runs
+        agent,
+        config.url.replace("{agent}", agent),
+        client or _make_client(config),
+        headers,
+        config.concurrent_runs,
     )

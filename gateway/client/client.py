@@ -9,7 +9,10 @@
 
 The reply consumer is pinned before anything is sent (`rendezvous.py`); a run
 is watched before its request is sent (`runs.py`). Topic names, security and
-the gateway's discovery interval come from `Settings`.
+the gateway's discovery interval come from `Settings`. An agent of a group
+(`Settings.groups`) is reached through its group's topics: its requests go to
+`agui.<group>.requests` naming it in the `agui-agent` header, and its runs are
+read from `agui.<group>.events`, filtered by that header and the thread.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from gateway.client.rendezvous import AnyReply, Rendezvous, ReplyTopicMissing
 from gateway.client.replies import DuplicateReply, ForwardReply, RejectReply
 from gateway.client.runs import RunEvent, RunTap, RunWatch
 from gateway.codec import jsonio
-from gateway.codec.records import HEADER_CORRELATION_ID, HEADER_REPLY_TO
+from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID, HEADER_REPLY_TO
 from gateway.kafka.wire import clients
 from gateway.settings import Settings
 
@@ -213,10 +216,11 @@ class GatewayClient:
     # --- request/reply ---------------------------------------------------------------------
 
     async def requests_topic(self, agent: str) -> str:
-        """The agent's requests topic; UnknownAgent if its name or topic is not there."""
+        """The requests topic that carries `agent` (its group's, or its own); UnknownAgent
+        if its name or topic is not there."""
         if not self._agent_name.match(agent):
             raise UnknownAgent(f"{agent!r} is not a legal agent name")
-        topic = self.settings.topic(self.settings.requests_topic, agent)
+        topic = self.settings.topic(self.settings.requests_topic, self.settings.owner_of(agent))
         if topic in self._topics:
             return topic
         assert self._producer is not None, "the client is not started"
@@ -225,7 +229,9 @@ class GatewayClient:
             self._topics = set(cluster.topics())
             self._topics_at = time.monotonic()
         if topic not in self._topics:
-            raise UnknownAgent(f"agent {agent!r} has no requests topic {topic!r}")
+            group = self.settings.group_of(agent)
+            whose = f"agent {agent!r}" + (f" (of group {group!r})" if group else "")
+            raise UnknownAgent(f"{whose} has no requests topic {topic!r}")
         return topic
 
     async def publish(
@@ -246,6 +252,7 @@ class GatewayClient:
                 headers=[
                     (HEADER_CORRELATION_ID, cid.encode()),
                     (HEADER_REPLY_TO, self.reply_topic.encode()),
+                    (HEADER_AGENT, agent.encode()),
                 ],
             )
         except BaseException:
@@ -281,12 +288,15 @@ class GatewayClient:
     # --- runs ------------------------------------------------------------------------------
 
     async def tap(self, agent: str) -> RunTap:
-        """The shared reader of the agent's events topic, started on first use."""
-        tap = self._taps.get(agent)
+        """The shared reader of the events topic carrying `agent` (its group's, shared by
+        the group's agents, or its own), started on first use. Watch `agent`'s runs with
+        `tap.watch(thread_id, run_id, agent)`."""
+        owner = self.settings.owner_of(agent)
+        tap = self._taps.get(owner)
         if tap is not None:
             return tap
         async with self._tap_lock:
-            tap = self._taps.get(agent)
+            tap = self._taps.get(owner)
             if tap is None:
                 s = self.settings
                 tap = RunTap(
@@ -296,8 +306,9 @@ class GatewayClient:
                         isolation_level="read_committed",
                         enable_auto_commit=False,
                     ),
-                    s.topic(s.events_topic, agent),
+                    s.topic(s.events_topic, owner),
                     self.event_buffer,
+                    agent=None if owner in s.groups else owner,
                 )
                 try:
                     await tap.start()
@@ -305,7 +316,7 @@ class GatewayClient:
                     with contextlib.suppress(Exception):
                         await tap.consumer.stop()
                     raise UnknownAgent(str(exc)) from None
-                self._taps[agent] = tap
+                self._taps[owner] = tap
         return tap
 
     async def open_run(
@@ -324,7 +335,8 @@ class GatewayClient:
         """
         await self.requests_topic(agent)
         tap = await self.tap(agent)
-        watch = tap.watch(thread_id, run_id)  # before the request exists: nothing is missed
+        # before the request exists: nothing is missed
+        watch = tap.watch(thread_id, run_id, agent)
         try:
             pending = await self.publish(agent, thread_id, body, correlation_id)
             reply = await self.verdict(pending, timeout)

@@ -49,7 +49,8 @@ class GatewayWarning(Finding):
 
 
 class _Envelope(_Record):
-    agent: str
+    agent: str | None  # None: a record on a group's topics that named no usable agent
+    group: str | None = None  # the group whose topics carried the request, if any
     thread_id: str | None = Field(alias="threadId")
     run_id: str | None = Field(default=None, alias="runId")
     correlation_id: str | None = Field(default=None, alias="correlationId")

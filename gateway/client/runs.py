@@ -1,12 +1,15 @@
-"""Following runs on an agent's events topic: one shared consumer per agent.
+"""Following runs on an events topic: one shared consumer per topic.
 
-A `RunTap` reads every partition of `agui.<agent>.events` (`read_committed`,
-no group) from the end it pinned at start. Callers *watch* a run (thread and
-runId) before its request is sent, so the run's `RUN_STARTED` cannot be
-missed: it is written only after the gateway forwarded the request. A watch
-receives the run's events, from its `RUN_STARTED` (matched by `runId`, the
-forwarded input's) to its `RUN_FINISHED` or `RUN_ERROR`, into a bounded
-queue. Memory is bounded by the open watches; a watch whose reader falls
+A `RunTap` reads every partition of `agui.<agent>.events` (or a group's
+`agui.<group>.events`; `read_committed`, no group) from the end it pinned at
+start. Callers *watch* a run (agent, thread and runId) before its request is
+sent, so the run's `RUN_STARTED` cannot be missed: it is written only after
+the gateway forwarded the request. A watch receives the run's events, from its
+`RUN_STARTED` (matched by `runId`, the forwarded input's) to its
+`RUN_FINISHED` or `RUN_ERROR`, into a bounded queue. An event goes to the
+watches of its agent and thread only: its agent is the one its `agui-agent`
+header names, or, with no header, the agent whose own topic the tap reads (on
+a group's topic an event naming no agent is no one's). Memory is bounded by the open watches; a watch whose reader falls
 behind by more than its buffer is ended (`RunOverflow`), never the consumer.
 """
 
@@ -22,7 +25,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from gateway.codec import jsonio
-from gateway.codec.records import peek_type
+from gateway.codec.records import HEADER_AGENT, peek_type
 
 log = logging.getLogger("gateway.client.runs")
 
@@ -71,6 +74,7 @@ class RunWatch:
     thread_id: str
     run_id: str
     buffer: int
+    agent: str | None = None
     started: bool = False
     queue: asyncio.Queue[RunEvent | RunStreamError] = field(init=False)
 
@@ -87,13 +91,24 @@ class RunWatch:
 
 
 class RunTap:
-    """The shared reader of one agent's events topic."""
+    """The shared reader of one events topic: an agent's own, or a group's.
 
-    def __init__(self, consumer: AIOKafkaConsumer, topic: str, buffer: int = 10_000) -> None:
+    `agent`: the agent whose own topic this is (its events may name no agent);
+    None for a group's topic, where each event names its agent in `agui-agent`.
+    """
+
+    def __init__(
+        self,
+        consumer: AIOKafkaConsumer,
+        topic: str,
+        buffer: int = 10_000,
+        agent: str | None = None,
+    ) -> None:
         self.consumer = consumer
         self.topic = topic
         self.buffer = buffer
-        self._watches: dict[str, list[RunWatch]] = {}
+        self.agent = agent
+        self._watches: dict[tuple[str | None, str], list[RunWatch]] = {}
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self.failed: BaseException | None = None
@@ -127,22 +142,24 @@ class RunTap:
     def watching(self) -> int:
         return sum(len(w) for w in self._watches.values())
 
-    def watch(self, thread_id: str, run_id: str) -> RunWatch:
-        """Start following a run. Call before its request is sent; `unwatch` when done."""
+    def watch(self, thread_id: str, run_id: str, agent: str | None = None) -> RunWatch:
+        """Start following `agent`'s run (default: the tap's own agent). Call before its
+        request is sent; `unwatch` when done."""
         if self.failed is not None:
             raise TapStopped(f"the events reader failed: {self.failed!r}")
-        watch = RunWatch(thread_id, run_id, self.buffer)
-        self._watches.setdefault(thread_id, []).append(watch)
+        watch = RunWatch(thread_id, run_id, self.buffer, agent or self.agent)
+        self._watches.setdefault((watch.agent, thread_id), []).append(watch)
         return watch
 
     def unwatch(self, watch: RunWatch) -> None:
-        watches = self._watches.get(watch.thread_id)
+        key = (watch.agent, watch.thread_id)
+        watches = self._watches.get(key)
         if watches is None:
             return
         with contextlib.suppress(ValueError):
             watches.remove(watch)
         if not watches:
-            del self._watches[watch.thread_id]
+            del self._watches[key]
 
     async def events(
         self, watch: RunWatch, start_timeout: float, run_timeout: float
@@ -210,7 +227,8 @@ class RunTap:
             thread_id = key.decode()
         except UnicodeDecodeError:
             return
-        watches = self._watches.get(thread_id)
+        agent = _agent(record.headers, self.agent)
+        watches = self._watches.get((agent, thread_id))
         if not watches:
             return
         event = _event(record.value)
@@ -232,6 +250,17 @@ class RunTap:
             for watch in watches:
                 watch.queue.put_nowait(error)
         self._watches.clear()
+
+
+def _agent(headers: Any, default: str | None) -> str | None:
+    """The agent an event names in `agui-agent`; `default` when it names none."""
+    for name, value in headers or ():
+        if name == HEADER_AGENT and value is not None:
+            try:
+                return str(value.decode())
+            except UnicodeDecodeError:
+                return None  # no agent's name: no one's event
+    return default
 
 
 def _event(value: bytes | None) -> RunEvent | None:

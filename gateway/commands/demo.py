@@ -6,7 +6,8 @@ AG-UI event streams, running forwarded requests) and clients (answering
 interrupts, well and badly), and shows a live summary until Ctrl-C or
 `--duration`. The gateway's JSON logs go to a file, not the console.
 With `--real-agent` it also runs a real offline agent behind the bridge
-(`gateway.demo.bridged`; needs the `demo` extra).
+(`gateway.demo.bridged`; needs the `demo` extra). With `--group-agents N` the
+simulated agents are N agents of one group named `--agent`, on the group's topics.
 The demo itself is the `gateway.demo` package.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from gateway.demo import real_name
 from gateway.observe import logs
-from gateway.settings import Settings
+from gateway.settings import AgentGroup, Settings
 
 PROG = "agui-gateway demo"
 
@@ -36,6 +37,23 @@ def _log_to_file(settings: Settings, agent: str) -> tuple[Path, list[logging.Han
     return path, previous
 
 
+def _with_group(settings: Settings, group: str, members: list[str]) -> tuple[Settings, str | None]:
+    """The settings with the demo's group (`group` of `members`), or why not."""
+    pattern = settings.topic_regex(settings.events_topic)
+    bad = [m for m in members if not pattern.match(settings.topic(settings.events_topic, m))]
+    if bad:
+        return settings, f"{bad[0]!r} (a group agent) is not a valid agent name"
+    if group in settings.groups:
+        return settings, f"the settings already have a group {group!r}: choose another --agent"
+    grouped = settings.model_copy(
+        update={"groups": {**settings.groups, group: AgentGroup(agents=members)}}
+    )
+    taken = [m for m in members if grouped.group_of(m) != group]
+    if taken:
+        return settings, f"{taken[0]!r} is already an agent of group {grouped.group_of(taken[0])!r}"
+    return grouped, None
+
+
 def main(
     settings: Settings,
     agent: str,
@@ -43,6 +61,7 @@ def main(
     rate: float,
     duration: float | None,
     real_agent: bool = False,
+    group_agents: int = 0,
 ) -> int:
     """Run the demo; the exit status: 0 done, 1 broke while running, 2 could not start."""
     from gateway.demo.app import DemoFailed, run
@@ -55,6 +74,8 @@ def main(
         problem = "--rate must be above 0"
     elif duration is not None and not duration > 0:
         problem = "--duration must be above 0"
+    elif group_agents < 0:
+        problem = "--group-agents must be 0 or more"
     elif not settings.topic_regex(settings.events_topic).match(
         settings.topic(settings.events_topic, agent)
     ):
@@ -67,6 +88,9 @@ def main(
             settings.topic(settings.events_topic, real_name(agent))
         ):
             problem = f"{real_name(agent)!r} (the real agent) is not a valid agent name"
+    members = [f"{agent}-{n}" for n in range(1, group_agents + 1)]
+    if problem is None and members:
+        settings, problem = _with_group(settings, agent, members)
     if problem:
         print(f"{PROG}: {problem}", file=sys.stderr)
         return 2
@@ -82,6 +106,7 @@ def main(
                 str(path),
                 sys.stdout,
                 real_name(agent) if real_agent else None,
+                members,
             )
         )
     except DemoSetupError as exc:

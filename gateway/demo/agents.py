@@ -4,6 +4,12 @@ New conversations start at `rate` per second, each on a fresh threadId, and
 publish their first run's events (keyed by threadId) to the events topic.
 The agents also consume the run-requests topic: each forwarded request
 starts the next run on its thread, under the request's runId.
+
+The simulated agents are one agent on its own topics, or the agents of a group
+sharing the group's topics (`members`): conversations go to the members in
+turn, every event names its agent in the `agui-agent` header, and a forwarded
+request is continued by the agent its header names (on a group's topics, a
+request naming none is counted, not run).
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ import random
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from gateway.codec.records import HEADER_AGENT
 from gateway.demo import wire
 from gateway.demo.runs import RunPlan, plan_run
 from gateway.demo.stats import DemoStats
@@ -26,6 +34,8 @@ from gateway.kafka.wire.topics import AgentTopics
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.demo.agents")
+
+Headers = Iterable[tuple[str, bytes | None]] | None
 
 THREADS_KEPT = 50_000  # conversations remembered for continuation (oldest forgotten)
 MAX_RUNS_IN_FLIGHT = 2_000
@@ -50,15 +60,20 @@ class Agents:
         rate: float,
         group_id: str,
         seed: int | None = None,
+        members: list[str] | None = None,
+        agent: str | None = None,
     ) -> None:
         self.settings = settings
         self.topics = topics
+        # the agents played: the group's members, or the one agent owning the topics
+        self.members = members or ([agent] if agent else [])
+        self.grouped = bool(members)
         self.stats = stats
         self.rate = rate
         self.group_id = group_id
         self.rng = random.Random(seed)
         self.prefix = uuid.uuid4().hex[:6]
-        self.conversations: OrderedDict[str, Conversation] = OrderedDict()
+        self.conversations: OrderedDict[tuple[str | None, str], Conversation] = OrderedDict()
         self.tasks: set[asyncio.Task[None]] = set()
         self.producer: AIOKafkaProducer | None = None
         self.consumer: AIOKafkaConsumer | None = None
@@ -90,9 +105,12 @@ class Agents:
             if len(self.tasks) < MAX_RUNS_IN_FLIGHT:
                 count += 1
                 thread_id = f"thread-{self.prefix}-{count}"
-                self._remember(thread_id, Conversation())
+                agent = self.members[count % len(self.members)] if self.members else None
+                self._remember((agent, thread_id), Conversation())
                 self.stats.conversations += 1
-                self._spawn(thread_id, f"run-{uuid.uuid4().hex[:10]}", 0.0)
+                if agent is not None and self.grouped:
+                    self.stats.conversations_by_agent[agent] += 1
+                self._spawn((agent, thread_id), f"run-{uuid.uuid4().hex[:10]}", 0.0)
             else:
                 self.stats.errors["agent runs in flight at the limit"] += 1
             next_at += interval
@@ -105,18 +123,19 @@ class Agents:
                 except TimeoutError:
                     pass
 
-    def _remember(self, thread_id: str, conversation: Conversation) -> None:
-        self.conversations[thread_id] = conversation
+    def _remember(self, thread: tuple[str | None, str], conversation: Conversation) -> None:
+        self.conversations[thread] = conversation
         while len(self.conversations) > THREADS_KEPT:
             self.conversations.popitem(last=False)
 
-    def _spawn(self, thread_id: str, run_id: str, after_s: float) -> None:
-        task = asyncio.create_task(self._run(thread_id, run_id, after_s))
+    def _spawn(self, thread: tuple[str | None, str], run_id: str, after_s: float) -> None:
+        task = asyncio.create_task(self._run(thread, run_id, after_s))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _run(self, thread_id: str, run_id: str, after_s: float) -> None:
-        conversation = self.conversations.get(thread_id)
+    async def _run(self, thread: tuple[str | None, str], run_id: str, after_s: float) -> None:
+        agent, thread_id = thread
+        conversation = self.conversations.get(thread)
         if conversation is None:
             return
         conversation.busy = True
@@ -126,10 +145,10 @@ class Agents:
             plan = plan_run(self.rng, thread_id, run_id, conversation.depth, conversation.suspended)
             conversation.depth += 1
             conversation.suspended = list(plan.suspended)
-            await self._publish(thread_id, plan)
+            await self._publish(agent, thread_id, plan)
             self._count(plan)
             if plan.outcome != "interrupt":
-                self.conversations.pop(thread_id, None)  # nothing will continue it
+                self.conversations.pop(thread, None)  # nothing will continue it
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -138,14 +157,19 @@ class Agents:
         finally:
             conversation.busy = False
 
-    async def _publish(self, thread_id: str, plan: RunPlan) -> None:
+    async def _publish(self, agent: str | None, thread_id: str, plan: RunPlan) -> None:
         assert self.producer is not None
         key = thread_id.encode()
+        headers = [(HEADER_AGENT, agent.encode())] if agent is not None else []
         sent = []
         for event in plan.events:
             if event["type"] == "RUN_ERROR" and plan.late_error:
                 await asyncio.sleep(LATE_ERROR_AFTER_S)
-            sent.append(await self.producer.send(self.topics.events, orjson.dumps(event), key=key))
+            sent.append(
+                await self.producer.send(
+                    self.topics.events, orjson.dumps(event), key=key, headers=headers
+                )
+            )
             self.stats.events += 1
             await asyncio.sleep(self.rng.uniform(*EVENT_GAP_S))
         await asyncio.gather(*sent)
@@ -167,17 +191,23 @@ class Agents:
             batch = await self.consumer.getmany(timeout_ms=200)
             for records in batch.values():
                 for record in records:
-                    self._continue(record.key, record.value)
+                    self._continue(record.key, record.value, record.headers)
 
-    def _continue(self, key: bytes | None, value: bytes | None) -> None:
+    def _continue(self, key: bytes | None, value: bytes | None, headers: Headers = ()) -> None:
         self.stats.run_requests += 1
         try:
             thread_id = (key or b"").decode()
             run_id = orjson.loads(value or b"")["runId"]
+            agent = named_agent(headers)
         except (UnicodeDecodeError, orjson.JSONDecodeError, KeyError, TypeError):
             self.stats.errors["unreadable run request"] += 1
             return
-        conversation = self.conversations.get(thread_id)
+        if agent is None and not self.grouped:
+            agent = self.members[0] if self.members else None  # the topics' own agent
+        elif agent is None:
+            self.stats.errors["run request naming no agent"] += 1
+            return
+        conversation = self.conversations.get((agent, thread_id))
         if conversation is None:
             self.stats.errors["run request for a thread no agent knows"] += 1
             return
@@ -185,4 +215,12 @@ class Agents:
             self.stats.errors["run request while a run is active"] += 1
             return
         conversation.busy = True  # claimed now: a second request cannot start a parallel run
-        self._spawn(thread_id, str(run_id), self.rng.uniform(*CONTINUE_AFTER_S))
+        self._spawn((agent, thread_id), str(run_id), self.rng.uniform(*CONTINUE_AFTER_S))
+
+
+def named_agent(headers: Headers) -> str | None:
+    """The agent a record names in its `agui-agent` header (UnicodeDecodeError if unreadable)."""
+    for name, value in headers or ():
+        if name == HEADER_AGENT and value is not None:
+            return str(value.decode())
+    return None

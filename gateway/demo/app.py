@@ -164,10 +164,13 @@ async def run(
     log_path: str,
     out: TextIO,
     real_agent: str | None = None,
+    members: list[str] | None = None,
 ) -> None:
     """The whole demo. Raises DemoSetupError (cannot start) or DemoFailed (broke while running).
 
     With `real_agent` (a name), also that agent behind the bridge (`gateway.demo.bridged`).
+    With `members`, `agent` is a group (in `settings.groups`) and the simulated agents
+    are its members, sharing the group's topics.
     """
     stop = asyncio.Event()
     _signals(stop, sys.stderr)
@@ -193,15 +196,31 @@ async def run(
     gateway_task = asyncio.create_task(gateway.run(stop_gateway), name="gateway")
     stats = DemoStats()
     token = uuid.uuid4().hex[:8]
-    agents = Agents(settings, names, stats, rate, f"{settings.group_id}.demo-{token}.agents")
-    clients = Clients(settings, names, replies, stats, f"{settings.group_id}.demo-{token}")
+    agents = Agents(
+        settings,
+        names,
+        stats,
+        rate,
+        f"{settings.group_id}.demo-{token}.agents",
+        members=members,
+        agent=agent,
+    )
+    clients = Clients(
+        settings,
+        names,
+        replies,
+        stats,
+        f"{settings.group_id}.demo-{token}",
+        agent=None if members else agent,
+        grouped=bool(members),
+    )
     stop_traffic, stop_replies = asyncio.Event(), asyncio.Event()
     traffic: list[asyncio.Task[None]] = []
     replies_task: asyncio.Task[None] | None = None
     real: RealAgentDemo | None = None
     if real_agent:
         real = RealAgentDemo(settings, real_agent, real_replies, registry)
-    header = Header(agent, partitions, rate, duration, metrics_url, log_path)
+    header = Header(agent, partitions, rate, duration, metrics_url, log_path, tuple(members or ()))
     sources = [real.section] if real is not None else []
     console = Console(header, registry, stats, out, time.monotonic(), sources)
     elapsed = 0.0

@@ -5,6 +5,8 @@ run that closed with the interrupt outcome pick a scenario after a think
 time and publish its requests to the requests topic (key = threadId, headers
 naming the reply topic and a correlation id). They consume the reply topic to
 count the gateway's verdicts and compare each with what the scenario expected.
+On a group's topics a run's agent is the one its events name (`agui-agent`), and
+the answers name it too; on an agent's own topics they name that agent.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from dataclasses import dataclass
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from gateway.codec.records import HEADER_CORRELATION_ID, HEADER_REPLY_TO
+from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID, HEADER_REPLY_TO
 from gateway.demo import wire
+from gateway.demo.agents import Headers, named_agent
 from gateway.demo.scenarios import FORWARD, Interrupted, Send, choose
 from gateway.demo.stats import DemoStats
 from gateway.kafka.wire.topics import AgentTopics
@@ -52,15 +55,19 @@ class Clients:
         stats: DemoStats,
         group_prefix: str,
         seed: int | None = None,
+        agent: str | None = None,
+        grouped: bool = False,
     ) -> None:
         self.settings = settings
         self.topics = topics
+        self.agent = agent  # the topics' own agent (None on a group's topics)
+        self.grouped = grouped
         self.reply_topic = reply_topic
         self.stats = stats
         self.group_prefix = group_prefix
         self.rng = random.Random(seed)
         self.pending: dict[str, Pending] = {}
-        self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.seen: OrderedDict[tuple[str | None, str, str], None] = OrderedDict()
         self.tasks: set[asyncio.Task[None]] = set()
         self.producer: AIOKafkaProducer | None = None
         self.events: AIOKafkaConsumer | None = None
@@ -83,7 +90,7 @@ class Clients:
             for records in batch.values():
                 for record in records:
                     if record.value is not None and record.value.startswith(_FINISHED):
-                        self._interrupted(record.key, record.value)
+                        self._interrupted(record.key, record.value, record.headers)
 
     async def count_replies(self, stop: asyncio.Event) -> None:
         """Count the gateway's replies until `stop`."""
@@ -110,29 +117,33 @@ class Clients:
 
     # --- interrupts -----------------------------------------------------------------------
 
-    def _interrupted(self, key: bytes | None, value: bytes) -> None:
+    def _interrupted(self, key: bytes | None, value: bytes, headers: Headers = ()) -> None:
         try:
             event = orjson.loads(value)
             outcome = event.get("outcome") or {}
             if outcome.get("type") != "interrupt":
                 return
             run = Interrupted(key.decode() if key else "", event["runId"], outcome["interrupts"])
+            agent = named_agent(headers) or (None if self.grouped else self.agent)
         except (orjson.JSONDecodeError, KeyError, AttributeError, UnicodeDecodeError):
             self.stats.errors["unreadable RUN_FINISHED"] += 1
             return
-        if (run.thread_id, run.run_id) in self.seen:
+        if agent is None and self.grouped:
+            self.stats.errors["interrupt naming no agent"] += 1
             return
-        self.seen[(run.thread_id, run.run_id)] = None
+        if (agent, run.thread_id, run.run_id) in self.seen:
+            return
+        self.seen[(agent, run.thread_id, run.run_id)] = None
         while len(self.seen) > SEEN_KEPT:
             self.seen.popitem(last=False)
         if len(self.tasks) >= MAX_ANSWERS_IN_FLIGHT:
             self.stats.errors["client answers in flight at the limit"] += 1
             return
-        task = asyncio.create_task(self._answer(run, time.monotonic()))
+        task = asyncio.create_task(self._answer(run, agent, time.monotonic()))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _answer(self, run: Interrupted, seen_at: float) -> None:
+    async def _answer(self, run: Interrupted, agent: str | None, seen_at: float) -> None:
         assert self.producer is not None
         await asyncio.sleep(self.rng.uniform(*THINK_S))
         scenario = choose(run, self.rng, self.settings.strict)
@@ -147,6 +158,8 @@ class Clients:
                     (HEADER_REPLY_TO, self.reply_topic.encode()),
                     (HEADER_CORRELATION_ID, correlation.encode()),
                 ]
+                if agent is not None:
+                    headers.append((HEADER_AGENT, agent.encode()))
                 self.pending[correlation] = Pending(send, time.monotonic(), seen_at)
                 self.stats.awaiting += 1
                 await self.producer.send_and_wait(

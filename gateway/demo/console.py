@@ -38,12 +38,18 @@ RUN_OUTCOMES = ("success", "interrupt", "cancelled", "failed")
 
 @dataclass(frozen=True, slots=True)
 class Header:
-    agent: str
+    agent: str  # the agent, or the group, whose topics the demo's traffic is on
     partitions: int
     rate: float
     duration: float | None
     metrics_url: str
     log_path: str
+    members: tuple[str, ...] = ()  # the group's agents, when `agent` is a group
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every name the gateway's metrics may label the traffic with."""
+        return frozenset({self.agent, *self.members})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,18 +70,26 @@ class Section:
 SectionSource = Callable[[], Section]
 
 
-def by_label(registry: CollectorRegistry, sample: str, agent: str, label: str) -> dict[str, float]:
-    """{label value: sample value} of one labelled metric for `agent`."""
+def by_label(
+    registry: CollectorRegistry, sample: str, agent: str | frozenset[str], label: str
+) -> dict[str, float]:
+    """{label value: sample value} of one labelled metric for `agent` (summed over a set
+    of names: a group and its agents)."""
+    names = frozenset({agent}) if isinstance(agent, str) else agent
     out: dict[str, float] = {}
     for family in registry.collect():
         for s in family.samples:
-            if s.name == sample and s.labels.get("agent") == agent and label in s.labels:
+            if s.name == sample and s.labels.get("agent") in names and label in s.labels:
                 out[s.labels[label]] = out.get(s.labels[label], 0.0) + s.value
     return out
 
 
-def _value(registry: CollectorRegistry, sample: str, labels: dict[str, str]) -> float:
-    return registry.get_sample_value(sample, labels) or 0.0
+def _open(registry: CollectorRegistry, agent: str | frozenset[str]) -> float:
+    names = frozenset({agent}) if isinstance(agent, str) else agent
+    return sum(
+        registry.get_sample_value(PREFIX + "interrupts_open", {"agent": name}) or 0.0
+        for name in sorted(names)
+    )
 
 
 def pairs(counts: Mapping[str, float], always: Iterable[str] = ()) -> str:
@@ -93,9 +107,21 @@ def _seconds(value: float | None, unit_ms: bool = False) -> str:
 
 def demo_section(header: Header, elapsed: float) -> Section:
     until = f" of {header.duration:.0f} s" if header.duration else " (Ctrl-C stops)"
+    title = f"agui-gateway demo, agent {header.agent!r}"
+    group: tuple[Row, ...] = ()
+    if header.members:
+        title = f"agui-gateway demo, group {header.agent!r} ({len(header.members)} agents)"
+        group = (
+            Row(
+                "agents on the group's topics",
+                " ".join(header.members),
+                "each record names its agent in agui-agent",
+            ),
+        )
     return Section(
-        f"agui-gateway demo, agent {header.agent!r}",
+        title,
         (
+            *group,
             Row("elapsed", f"{elapsed:.1f} s{until}"),
             Row("partitions", str(header.partitions)),
             Row("new conversations / s", f"{header.rate:g}"),
@@ -105,7 +131,7 @@ def demo_section(header: Header, elapsed: float) -> Section:
     )
 
 
-def gateway_section(agent: str, registry: CollectorRegistry) -> Section:
+def gateway_section(agent: str | frozenset[str], registry: CollectorRegistry) -> Section:
     verdicts = by_label(registry, PREFIX + "requests_total", agent, "verdict")
     answered = sum(
         by_label(registry, PREFIX + "interrupt_response_seconds_count", agent, "reason").values()
@@ -132,7 +158,7 @@ def gateway_section(agent: str, registry: CollectorRegistry) -> Section:
             Row("warnings by code", labelled("warnings_total", "code")),
             Row(
                 "open interrupts",
-                str(int(_value(registry, PREFIX + "interrupts_open", {"agent": agent}))),
+                str(int(_open(registry, agent))),
             ),
             Row("interrupts raised by reason", labelled("interrupts_raised_total", "reason")),
             Row("runs closed by outcome", labelled("runs_closed_total", "outcome", RUN_OUTCOMES)),
@@ -151,6 +177,11 @@ def simulator_section(stats: DemoStats) -> Section:
     unexpected = sum(stats.unexpected.values())
     rows = [
         Row("conversations started", str(stats.conversations)),
+        *(
+            [Row("conversations by agent", pairs(stats.conversations_by_agent))]
+            if stats.conversations_by_agent
+            else []
+        ),
         Row("runs published by outcome", pairs(stats.runs, RUN_OUTCOMES)),
         Row("late RUN_ERROR events", str(stats.late_errors)),
         Row("protocol violations sent", pairs(stats.violations)),
@@ -240,7 +271,7 @@ def render(
 ) -> RenderableType:
     sections = [
         demo_section(header, elapsed),
-        gateway_section(header.agent, registry),
+        gateway_section(header.names, registry),
         simulator_section(stats),
     ]
     sections += [source() for source in extra]

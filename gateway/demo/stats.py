@@ -21,6 +21,7 @@ def percentile(samples: list[float] | deque[float], q: float) -> float | None:
 class DemoStats:
     # agents
     conversations: int = 0
+    conversations_by_agent: Counter[str] = field(default_factory=Counter)  # a group's agents
     runs: Counter[str] = field(default_factory=Counter)  # outcome -> runs published
     interrupts: Counter[str] = field(default_factory=Counter)  # reason -> interrupts raised
     events: int = 0

@@ -2,7 +2,10 @@
 
 A run input is published to the agent's requests topic through `GatewayClient`
 (pinned reply consumer, run watched before the request exists), then answered
-by the gateway's verdict (README, "Calling agents through the gateway"):
+by the gateway's verdict (README, "Calling agents through the gateway"). For an
+agent of a group (`Settings.groups`) that is the group's requests topic, the
+request naming the agent in `agui-agent`, and the stream follows the agent's
+run on the group's events topic by agent and thread:
 
 - forward: 200 `text/event-stream`, the run's events (`stream.py`);
 - reject, or malformed before publishing: 422, the rejection record as JSON;

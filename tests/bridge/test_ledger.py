@@ -14,18 +14,48 @@ from gateway.bridge.ledger import (
 )
 
 
-def req(offset: int, thread: bytes = b"t1", cid: str | None = None) -> RunRequest:
-    return RunRequest(offset, thread, b"{}", cid)
+def req(
+    offset: int, thread: bytes = b"t1", cid: str | None = None, agent: str | None = None
+) -> RunRequest:
+    return RunRequest(offset, thread, b"{}", cid, agent)
 
 
 def test_threads_queue_in_offset_order() -> None:
     ledger = PartitionLedger(MarkerState(0))
     a, b, c = req(0, b"t1"), req(1, b"t2"), req(2, b"t1")
     assert all(ledger.accept(r) for r in (a, b, c))
-    assert ledger.next_of(b"t1") is a
+    assert ledger.next_of((None, b"t1")) is a
     ledger.end(0)
-    assert ledger.next_of(b"t1") is c
-    assert ledger.next_of(b"t2") is b
+    assert ledger.next_of((None, b"t1")) is c
+    assert ledger.next_of((None, b"t2")) is b
+
+
+def test_two_agents_of_a_group_on_one_thread_id_have_threads_of_their_own() -> None:
+    ledger = PartitionLedger(MarkerState(0))
+    a1, b1, a2 = (
+        req(0, b"t", agent="alpha"),
+        req(1, b"t", agent="beta"),
+        req(2, b"t", agent="alpha"),
+    )
+    assert all(ledger.accept(r) for r in (a1, b1, a2))
+    assert ledger.next_of(("alpha", b"t")) is a1
+    assert ledger.next_of(("beta", b"t")) is b1  # does not wait for alpha's run
+    ledger.end(1)
+    assert ledger.next_of(("beta", b"t")) is None
+    assert ledger.next_of(("alpha", b"t")) is a1
+    ledger.end(0)
+    assert ledger.next_of(("alpha", b"t")) is a2
+
+
+def test_a_started_run_keeps_its_agent_through_the_marker() -> None:
+    ledger = PartitionLedger(MarkerState(0))
+    ledger.accept(req(0, b"t", "c-1", "alpha"))
+    ledger.start(req(0, b"t", "c-1", "alpha"))
+    restored = decode_marker(encode_marker(3, ledger.marker()))
+    assert restored.started[0].agent == "alpha"
+    # a marker written before groups (no agent member) reads as the topic's own agent's
+    old = b'{"v":1,"partition":0,"next":0,"started":[{"offset":0,"thread":"t","threadHex":"74","correlationId":null}],"ended":[]}'
+    assert decode_marker(old).started[0].agent is None
 
 
 def test_committable_is_the_first_request_not_ended() -> None:

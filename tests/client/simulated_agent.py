@@ -2,7 +2,10 @@
 
 It reads `agui.<agent>.run-requests` (a group consumer pinned at the end before
 `start` returns) and, for each forwarded input, publishes a run's AG-UI events
-to `agui.<agent>.events` keyed by threadId, under the input's runId. What a run
+to `agui.<agent>.events` keyed by threadId, under the input's runId. On a
+group's topics it plays every agent of the group: a run's events carry the
+`agui-agent` header of the request that caused it (`served` lists, in order,
+the agent each request named, None for none). What a run
 says is `script(input) -> events`. It stands in for the agent bridge with a real
 agent: anything with the same `start`/`stop` (or `async with`) can replace it.
 """
@@ -17,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from gateway.codec.records import HEADER_AGENT
 from gateway.demo import events as ev
 from gateway.demo import wire
 from gateway.settings import Settings
@@ -63,6 +67,7 @@ class SimulatedAgent:
         self.script = script
         self.gap_s = gap_s
         self.inputs: list[dict[str, Any]] = []
+        self.served: list[str | None] = []
         self._task: asyncio.Task[None] | None = None
         self._runs: set[asyncio.Task[None]] = set()
 
@@ -96,14 +101,27 @@ class SimulatedAgent:
             for records in batch.values():
                 for record in records:
                     run_input = orjson.loads(record.value)
+                    agent = header_agent(record.headers)
                     self.inputs.append(run_input)
-                    task = asyncio.create_task(self._run(run_input))
+                    self.served.append(agent)
+                    task = asyncio.create_task(self._run(run_input, agent))
                     self._runs.add(task)
                     task.add_done_callback(self._runs.discard)
 
-    async def _run(self, run_input: dict[str, Any]) -> None:
+    async def _run(self, run_input: dict[str, Any], agent: str | None) -> None:
         key = run_input["threadId"].encode()
+        headers = [(HEADER_AGENT, agent.encode())] if agent is not None else []
         for event in self.script(run_input):
-            await self.producer.send_and_wait(self.events_topic, orjson.dumps(event), key=key)
+            await self.producer.send_and_wait(
+                self.events_topic, orjson.dumps(event), key=key, headers=headers
+            )
             if self.gap_s:
                 await asyncio.sleep(self.gap_s)
+
+
+def header_agent(headers: Any) -> str | None:
+    """The agent a record names in its `agui-agent` header, or None."""
+    for name, value in headers or ():
+        if name == HEADER_AGENT and value is not None:
+            return str(value.decode())
+    return None

@@ -140,3 +140,25 @@ def test_codes_a_newer_gateway_added_are_kept_as_strings(as_bytes: bool) -> None
 def test_what_is_not_a_reply_is_an_error(record: dict) -> None:
     with pytest.raises(ValidationError):
         parse_reply(record)
+
+
+def test_a_groups_rejection_may_name_no_agent() -> None:
+    """On a group's topics a request naming no usable agent is rejected with `agent`
+    null and the group named; the client reads it, never as an unreadable reply."""
+    reply = parse_reply(
+        {
+            "verdict": "reject",
+            **ENVELOPE,
+            "agent": None,
+            "group": "team",
+            "reasons": [{"code": "agent_missing", "detail": "d"}],
+            "warnings": [],
+            "input": None,
+            "at": AT,
+        }
+    )
+    assert isinstance(reply, RejectReply)
+    assert (reply.agent, reply.group) == (None, "team")
+    assert reply.codes() == [Reason.AGENT_MISSING]
+    forward = parse_reply({"verdict": "forward", **ENVELOPE, "group": "team", "at": AT})
+    assert (forward.agent, forward.group) == ("support", "team")

@@ -14,10 +14,12 @@ from gateway.client.runs import RunNotStarted, RunOverflow, RunTap, RunTimedOut
 class Record:
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
-def rec(thread: str, event: dict) -> Record:
-    return Record(thread.encode(), orjson.dumps(event))
+def rec(thread: str, event: dict, agent: str | None = None) -> Record:
+    headers = (("agui-agent", agent.encode()),) if agent is not None else ()
+    return Record(thread.encode(), orjson.dumps(event), headers)
 
 
 def tap(buffer: int = 100) -> RunTap:
@@ -86,3 +88,43 @@ async def test_timeouts_and_overflow_end_the_stream_with_their_code() -> None:
         async for event in t.events(watch, 5, 5):
             seen.append(event.type)
     assert seen == ["RUN_STARTED", "TEXT_MESSAGE_CONTENT"]
+
+
+def _run(agent: str | None, thread: str, run: str, text: str) -> list[Record]:
+    return [
+        rec(thread, {"type": "RUN_STARTED", "threadId": thread, "runId": run}, agent),
+        rec(thread, {"type": "TEXT_MESSAGE_CONTENT", "messageId": run, "delta": text}, agent),
+        rec(thread, {"type": "RUN_FINISHED", "threadId": thread, "runId": run}, agent),
+    ]
+
+
+async def test_on_a_groups_topic_a_watch_gets_its_agents_events_only() -> None:
+    """Two agents of one group, one thread id: interleaved, each gets its own run only;
+    an event naming no agent is no one's."""
+    t = RunTap(consumer=None, topic="agui.team.events", buffer=100)  # type: ignore[arg-type]
+    alpha = t.watch("same", "r-a", "alpha")
+    beta = t.watch("same", "r-b", "beta")
+    a, b = _run("alpha", "same", "r-a", "for alpha"), _run("beta", "same", "r-b", "for beta")
+    stray = _run(None, "same", "r-a", "for no one")
+    for record in [stray[0], a[0], b[0], stray[1], a[1], b[1], a[2], stray[2], b[2]]:
+        t._route(record)
+    assert t.watching == 0
+    got_a = [e async for e in t.events(alpha, 0.5, 0.5)]
+    got_b = [e async for e in t.events(beta, 0.5, 0.5)]
+    assert [e.value.get("delta") for e in got_a] == [None, "for alpha", None]
+    assert [e.value.get("delta") for e in got_b] == [None, "for beta", None]
+
+
+async def test_on_an_agents_own_topic_a_header_naming_another_agent_is_not_its_event() -> None:
+    t = RunTap(consumer=None, topic="agui.solo.events", buffer=100, agent="solo")  # type: ignore[arg-type]
+    watch = t.watch("t1", "r1")
+    assert watch.agent == "solo"
+    for record in [
+        *_run("other", "t1", "r1", "not solo's"),
+        _run(None, "t1", "r1", "solo's")[0],  # no header: the topic's own agent
+        _run("solo", "t1", "r1", "solo's")[1],
+        _run(None, "t1", "r1", "solo's")[2],
+    ]:
+        t._route(record)
+    got = [e.value.get("delta") async for e in t.events(watch, 0.5, 0.5)]
+    assert got == [None, "solo's", None]

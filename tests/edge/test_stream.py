@@ -15,6 +15,7 @@ class _Record:
     def __init__(self, event: dict) -> None:
         self.key = b"t1"
         self.value = orjson.dumps(event)
+        self.headers: tuple[tuple[str, bytes], ...] = ()
 
 
 async def test_frames_are_data_lines_separated_by_a_blank_line() -> None:
