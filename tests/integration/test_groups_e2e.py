@@ -286,3 +286,49 @@ async def test_a_group_decides_every_request_exactly_once_across_a_kill(
         assert {r["reasons"][0]["code"] for r in values(rejected)} == {"uncovered_interrupt"}
     finally:
         await second.stop()
+
+
+async def test_an_agent_moved_from_its_own_topics_to_a_group_loses_and_repeats_nothing(
+    ns: Namespace, tmp_path
+) -> None:
+    """The documented move: the gateway serves the agent's own topics, whatever the
+    settings say of its group, until they are drained; then its publishers switch to the
+    group's topics, naming it. Requests on both sides of the cut-over are each decided
+    exactly once, and none is lost across a restart between the two."""
+    mover = "w-9"  # admitted by the group's pattern, and with topics of its own
+    await create_group(ns, partitions=2)
+    await ns.create_agent(mover, partitions=2)
+    own = [f"own{i}" for i in range(6)]
+    moved = [f"moved{i}" for i in range(6)]
+    strict = {"groups": GROUPS, "strict": "true"}  # a lost state would be thread_unknown
+    first = await GatewayProcess(ns, tmp_path, name="first", **strict).start()
+    try:
+        for t in own:  # open interrupts on its own topics, answered there (the drain)
+            await events(ns, None, started(t, "r1"), interrupted(t, "r1", "x"), owner=mover)
+        for t in own:
+            await request(ns, None, resume(t, "r2", "x"), f"c-{t}", owner=mover)
+        drained = await collect(ns.bootstrap, ns.run_requests(mover), count=len(own), settle=1.0)
+        assert sorted(header(r, "agui-correlation-id") for r in drained) == sorted(
+            f"c-{t}" for t in own
+        )
+    finally:
+        await first.stop()
+    # the cut-over, across a restart: the same agent now speaks on the group's topics
+    second = await GatewayProcess(ns, tmp_path, name="second", **strict).start()
+    try:
+        for t in moved:
+            await events(ns, mover, started(t, "r1"), interrupted(t, "r1", "x"))
+        for t in moved:
+            await request(ns, mover, resume(t, "r2", "x"), f"c-{t}")
+        forwards = await collect(ns.bootstrap, ns.run_requests(GROUP), count=len(moved), settle=1.5)
+        assert sorted(header(r, "agui-correlation-id") for r in forwards) == sorted(
+            f"c-{t}" for t in moved
+        )
+        assert {header(r, "agui-agent") for r in forwards} == {mover}
+        # nothing decided twice on the agent's own side after the restart
+        again = await collect(ns.bootstrap, ns.run_requests(mover), count=len(own), settle=1.5)
+        assert len(again) == len(own)
+        rejected = values(await collect(ns.bootstrap, ns.rejections, count=None, timeout=2))
+        assert [r for r in rejected if str(r.get("correlationId", "")).startswith("c-")] == []
+    finally:
+        await second.stop()
