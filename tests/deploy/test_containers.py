@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.settings import Settings
+from gateway.settings import Settings, unknown_environment
 from tests.checkout import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -140,6 +141,7 @@ def test_compose_mounts_exist() -> None:
 def test_ports_and_service_names_agree_with_deploy() -> None:
     services = compose()["services"]
     assert set(services) >= {"kafka", "gateway", "prometheus", "grafana"}
+    assert set(services) >= {"gateway-2", "gateway-3", "edge", "bridge"}
     kafka_env = services["kafka"]["environment"]
     internal = re.search(r"PLAINTEXT://kafka:(\d+)", kafka_env["KAFKA_ADVERTISED_LISTENERS"])
     assert internal
@@ -157,10 +159,45 @@ def test_ports_and_service_names_agree_with_deploy() -> None:
     # Prometheus scrapes the gateway by service name; Grafana reads Prometheus by its name
     scrape = yaml.safe_load(PROMETHEUS_YML.read_text())["scrape_configs"]
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape}
-    assert targets["agui-gateway"] == [f"gateway:{port}"]
+    assert targets["agui-gateway"] == [f"{name}:{port}" for name in GATEWAYS]
     prom_port = services["prometheus"]["ports"][0].rsplit(":", 1)[1]
     datasource = yaml.safe_load(DATASOURCE_YML.read_text())["datasources"][0]
     assert datasource["url"] == f"http://prometheus:{prom_port}"
+
+
+GATEWAYS = ["gateway", "gateway-2", "gateway-3"]
+
+
+def test_three_gateway_instances_are_static_members_each_of_its_own_name() -> None:
+    services = compose()["services"]
+    envs = [services[name]["environment"] for name in GATEWAYS]
+    assert {env["AGUI_GATEWAY_INSTANCE_NAME"] for env in envs} == {
+        "gateway-1",
+        "gateway-2",
+        "gateway-3",
+    }
+    assert all(env["AGUI_GATEWAY_STATIC_MEMBERSHIP"] == "true" for env in envs)
+    assert len({env.get("AGUI_GATEWAY_GROUP_ID") for env in envs}) == 1  # one gateway
+    host_ports = [services[name]["ports"][0] for name in GATEWAYS]
+    assert len(set(host_ports)) == 3 and all(p.endswith(f":{HTTP_PORT}") for p in host_ports)
+    for name in GATEWAYS:  # one image, run as the image says
+        assert services[name]["image"] == services["gateway"]["image"]
+        assert "entrypoint" not in services[name] and "command" not in services[name]
+
+
+@pytest.mark.parametrize("name", ["gateway", "gateway-2", "gateway-3", "edge", "bridge"])
+def test_every_service_of_the_image_has_settings_the_gateway_accepts(name, monkeypatch) -> None:
+    service = compose()["services"][name]
+    env = {k: str(v) for k, v in service["environment"].items()}
+    assert unknown_environment(Settings, env) == []
+    for key in [k for k in os.environ if k.startswith("AGUI_GATEWAY_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    Settings()  # valid, or this raises
+    if name in ("edge", "bridge"):  # the image's console script, another command
+        assert service["entrypoint"] == ["agui-gateway", name]
+        assert service["image"] == compose()["services"]["gateway"]["image"]
 
 
 def test_the_demo_on_the_host_is_scraped_by_the_compose_prometheus() -> None:
