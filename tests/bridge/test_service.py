@@ -88,7 +88,13 @@ async def test_sigkill_mid_run_closes_the_run_and_never_calls_the_agent_again(
                 await bridge.stop()
 
 
-async def test_a_rebalance_mid_run_never_runs_a_request_twice(ns: Namespace, tmp_path) -> None:
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
+async def test_a_rebalance_mid_run_never_runs_a_request_twice(
+    ns: Namespace, tmp_path, how: signal.Signals
+) -> None:
+    """One of two bridges leaves mid-run, stopped (it leaves the group) or killed with
+    kill -9 (its partitions move at the session timeout): the other takes its partitions
+    over, closes the runs it cut short, and no request reaches the agent twice."""
     agent_name = "rebalanced"
     await ns.create_agent(agent_name, partitions=4)
     app, counters = scripted_agent()
@@ -122,7 +128,7 @@ async def test_a_rebalance_mid_run_never_runs_a_request_twice(ns: Namespace, tmp
                 # leaves, its partitions move to the other
                 await events.wait(lambda _: all(events.thread(t) for t in threads))
                 assert sorted(counters.run_ids) == sorted(r["runId"] for r in held)
-                assert await leaving.stop() == 0
+                assert await leaving.stop(how) == (0 if how == signal.SIGTERM else -how)
                 # the runs it was relaying are closed by the bridge that took them over,
                 # while the other bridge's runs are still held by the agent
                 await events.wait(
