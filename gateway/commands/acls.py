@@ -9,6 +9,7 @@ from aiokafka.errors import KafkaError
 
 from gateway.kafka.wire import clients
 from gateway.kafka.wire.acls import (
+    Acl,
     apply,
     bridge_acls,
     gateway_acls,
@@ -72,20 +73,7 @@ def main(
             )
     for note in overlaps(settings, agent_pattern, role):
         print(f"agui-gateway acls: note: {note}", file=sys.stderr)
-    if action is None:
-        for line in kafka_acls_commands(acls, settings.bootstrap_servers, command_config):
-            print(line)
-        return 0
-    try:
-        asyncio.run(_apply(settings, acls, delete=action == "remove"))
-    except clients.SecurityFailure as exc:
-        print(f"agui-gateway acls: {exc}", file=sys.stderr)
-        return 2
-    except (KafkaError, TimeoutError, OSError) as exc:
-        print(f"agui-gateway acls: could not {action} the ACLs: {exc!r}", file=sys.stderr)
-        return 2
-    print(f"{'removed' if action == 'remove' else 'created'} {len(acls)} ACLs for {principal}")
-    return 0
+    return _emit(settings, acls, action, command_config, principal)
 
 
 def _misplaced(
@@ -156,6 +144,17 @@ def groups_main(
             "for every one of its agents",
             file=sys.stderr,
         )
+    return _emit(settings, acls, action, command_config, principal)
+
+
+def _emit(
+    settings: Settings,
+    acls: list[Acl],
+    action: str | None,
+    command_config: str,
+    principal: str,
+) -> int:
+    """Print the ACLs as kafka-acls commands, or create or remove them (`action`)."""
     if action is None:
         for line in kafka_acls_commands(acls, settings.bootstrap_servers, command_config):
             print(line)

@@ -281,7 +281,7 @@ def test_the_bridge_service_takes_its_ids_from_txnids() -> None:
     from gateway.bridge import service
 
     source = inspect.getsource(service)
-    assert "transactional_id=txnids.bridge_id(s, agent, tp.partition)" in source
+    assert "transactional_id=txnids.bridge_id(s, owner, tp.partition)" in source
     assert "bridge_group_id}." not in source
 
 
