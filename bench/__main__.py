@@ -6,6 +6,9 @@
                               [--profile] [--repeat N]
                               [--interrupt-share 0.3]
 
+`loop` (issue 25): the whole loop, edge -> gateway -> bridge -> an agent stub,
+as a person's approving resume feels it.
+
 Without --bootstrap it starts (or reuses) the local broker with
 deploy/kafka.sh, which honours KAFKA_PORT; a broker it had to start is
 stopped again at the end unless --keep-broker. Every topic and group it
@@ -48,6 +51,7 @@ SCENARIOS = (
     "restore",
     "core",
     "fleet",
+    "loop",
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 FLEET_BROKER_HEAP = "-Xms512m -Xmx2g"  # KAFKA_HEAP_OPTS for a broker started for a large fleet

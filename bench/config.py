@@ -46,6 +46,11 @@ class Size:
     # the fleet's group layout (issue 26): partitions of the one group's topics, chosen for
     # the fleet's traffic (at most 200 requests/s in total), not its number of agents
     fleet_group_partitions: int = 8
+    # the whole loop (issue 25, section 3): conversations through edge, gateway, bridge and
+    # an agent stub, `loop_concurrency` at a time; the first `loop_warmup` are not measured
+    loop_conversations: int = 6
+    loop_concurrency: int = 3
+    loop_warmup: int = 3
 
 
 SMALL = Size(
@@ -73,6 +78,9 @@ SMALL = Size(
     fleet_add_seconds=6,
     fleet_ready_timeout=120,
     fleet_discovery_ms=None,
+    loop_conversations=208,
+    loop_concurrency=8,
+    loop_warmup=8,
 )
 
 SIZES = {
@@ -131,6 +139,9 @@ SIZES = {
         fleet_add_seconds=8,
         fleet_ready_timeout=120,
         fleet_discovery_ms=None,
+        loop_conversations=808,
+        loop_concurrency=8,
+        loop_warmup=8,
     ),
 }
 

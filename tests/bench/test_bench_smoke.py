@@ -55,6 +55,17 @@ EXPECTED = {
     "fleet.group.2.cpu_percent_idle",
     "fleet.group.2.p99_ms_50rps",
     "fleet.group.2.p99_ms_200rps",
+    # the whole loop (issue 25): edge, gateway, bridge and an agent stub, per approving resume
+    "loop.own_p50_ms",
+    "loop.own_p95_ms",
+    "loop.resume_p50_ms",
+    "loop.resume_p95_ms",
+    "loop.verdict_p50_ms",
+    "loop.verdict_p95_ms",
+    "loop.to_agent_p50_ms",
+    "loop.to_agent_p95_ms",
+    "loop.to_client_p50_ms",
+    "loop.to_client_p95_ms",
 }
 # figures that may truly be zero (p99 already back in the first window after the pause;
 # an idle gateway that used no CPU tick in the idle span)
@@ -107,5 +118,9 @@ def test_tiny_benchmark_writes_every_figure(kafka_bootstrap: str, tmp_path: Path
     pause = data["details"]["pause"]["runs"][0]
     assert pause["disturbance"]["resumed_at_s"] - pause["disturbance"]["stopped_at_s"] >= 2
     assert data["details"]["hog"]["runs"][0]["hog_cpu_percent"] > 0
+    # every conversation of the loop ran both its runs through the stub, and was measured
+    loop = data["details"]["loop"]
+    assert loop["agent_requests"] == 2 * loop["conversations"], loop
+    assert loop["measured"] == loop["conversations"] - loop["warmup"] > 0, loop
     machine = data["machine"]
     assert machine["nproc"] >= 1 and machine["memory_bytes"] > 0 and machine["python"]
