@@ -118,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
         "--shared-partitions",
         type=int,
         default=3,
-        help="partitions of agui.rejections and agui.warnings if created (default 3)",
+        help="partitions of the rejections and warnings topics if created: the shared ones, "
+        "or the agent's (group's) own when those settings are templates (default 3)",
     )
     # --- acls (least privilege on a secured Kafka) ---
     acls = commands.add_parser(

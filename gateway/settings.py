@@ -134,9 +134,13 @@ class Settings(BaseSettings):
     changelog_topic: str = "agui.{agent}.gateway-changelog"
     """Thread state changelog topic template."""
     rejections_topic: str = "agui.rejections"
-    """Rejections topic (all agents)."""
+    """Rejections topic: one for all agents, or with {agent} (at most once) a template,
+    each owner's rejections on its own topic (`agui.{agent}.rejections`: an agent's on
+    `agui.<agent>.rejections`, a group's agents' on `agui.<group>.rejections`), so that
+    each team may be given Read on its own only."""
     warnings_topic: str = "agui.warnings"
-    """Warnings topic (all agents)."""
+    """Warnings topic: one for all agents, or with {agent} (at most once) a template, as
+    rejections_topic."""
     agent_name_pattern: str = r"[A-Za-z0-9_-]+"
     """Regular expression an agent's name ({agent}) must match; a group's name too."""
     groups: dict[str, AgentGroup] = {}
@@ -343,6 +347,16 @@ class Settings(BaseSettings):
             raise ValueError(f"a per-agent topic template must contain {_AGENT} exactly once")
         return value
 
+    @field_validator("rejections_topic", "warnings_topic")
+    @classmethod
+    def _agent_at_most_once(cls, value: str) -> str:
+        if value.count(_AGENT) > 1:
+            raise ValueError(
+                f"a rejections or warnings topic contains {_AGENT} at most once: once for "
+                "a topic per agent or group, not at all for one topic shared by all"
+            )
+        return value
+
     @model_validator(mode="after")
     def _group_names_are_legal(self) -> Settings:
         legal = re.compile(self.agent_name_pattern)
@@ -413,6 +427,12 @@ class Settings(BaseSettings):
 
     def topic(self, template: str, agent: str) -> str:
         return template.replace(_AGENT, agent)
+
+    @staticmethod
+    def per_owner(template: str) -> bool:
+        """Whether a topic setting is a template (one topic per agent or group), not one
+        topic for all: rejections_topic and warnings_topic may be either."""
+        return _AGENT in template
 
     def topic_regex(self, template: str) -> re.Pattern[str]:
         """A regex matching the topics of `template`, capturing the agent's name."""

@@ -129,8 +129,6 @@ class Gateway:
         self.reply_topics = ReplyTopics(settings, metrics)
         self.context = PairContext(
             settings_strict=settings.strict,
-            rejections_topic=settings.rejections_topic,
-            warnings_topic=settings.warnings_topic,
             merge_max_wait_s=settings.merge_max_wait_ms / 1000,
             retention=Retention(
                 thread_ms=int(settings.thread_retention_s * 1000),

@@ -28,6 +28,8 @@ GROUP = AgentTopics(
     "agui.team.requests",
     "agui.team.run-requests",
     "agui.team.gateway-changelog",
+    "agui.rejections",
+    "agui.warnings",
 )
 SETTINGS = Settings(
     groups={
@@ -44,8 +46,6 @@ def make_group_pair(
     registry = CollectorRegistry()
     ctx = PairContext(
         False,
-        "agui.rejections",
-        "agui.warnings",
         5.0,
         retention or Retention(10**9, 10**9, 10**9),
         Metrics(registry),

@@ -21,6 +21,8 @@ TOPICS = AgentTopics(
     "agui.bot.requests",
     "agui.bot.run-requests",
     "agui.bot.gateway-changelog",
+    "agui.rejections",
+    "agui.warnings",
 )
 
 
@@ -35,8 +37,6 @@ def make_pair(
     known = topics if topics is not None else {"replies"}
     ctx = PairContext(
         strict,
-        "agui.rejections",
-        "agui.warnings",
         wait_s,
         retention or Retention(10**9, 10**9, 10**9),
         Metrics(registry),

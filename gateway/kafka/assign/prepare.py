@@ -270,7 +270,7 @@ class Preparer:
         topics = slot.pair.topics
         return hanging.written_partitions(
             lambda topic: clients.partitions_for(self.consumer, topic),
-            [topics.run_requests, *self.names.shared_outputs()],
+            [topics.run_requests, topics.rejections, topics.warnings],
             [TopicPartition(topics.changelog, slot.pair.partition)],
         )
 

@@ -66,7 +66,7 @@ class Effects:
         named = agent if self.group is not None else self.agent
         body = shaping.internal_error_body(record, named, thread_id, now_ms, exc, self.group)
         key, headers = shaping.output_key(record, thread_id), self._headers(record, named)
-        r.out.append(OutRecord(self.ctx.rejections_topic, key, body, headers))
+        r.out.append(OutRecord(self.topics.rejections, key, body, headers))
         reply_to = record.header(HEADER_REPLY_TO)
         if reply_to and LEGAL_TOPIC.match(reply_to) and self.ctx.topic_exists(reply_to):
             r.out.append(OutRecord(reply_to, key, body, headers))
@@ -115,7 +115,7 @@ class Effects:
         elif decision.verdict is Verdict.REJECT:
             assert reply is not None
             body = shaping.fitted(reply, record.value)
-            out.append(OutRecord(self.ctx.rejections_topic, key, body, headers))
+            out.append(OutRecord(self.topics.rejections, key, body, headers))
             for reason in decision.reasons:
                 r.deferred.append(m.rejections.labels(agent, reason.code).inc)
                 counter = _REASON_COUNTERS.get(reason.code)
@@ -197,5 +197,5 @@ class Effects:
         )
         key = thread_id.encode() if thread_id is not None else None
         headers = [(HEADER_AGENT, named.encode())] if self.group and named else []
-        r.out.append(OutRecord(self.ctx.warnings_topic, key, dumps(body), headers))
+        r.out.append(OutRecord(self.topics.warnings, key, dumps(body), headers))
         r.deferred.append(functools.partial(log.info, "warning", extra={"warning": body}))

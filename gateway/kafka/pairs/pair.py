@@ -57,8 +57,6 @@ class PairContext:
     the check of a reply topic (the pair's `Effects` read them from here too)."""
 
     settings_strict: bool
-    rejections_topic: str
-    warnings_topic: str
     merge_max_wait_s: float
     retention: Retention
     metrics: Metrics

@@ -4,7 +4,8 @@ What the gateway does on Kafka, and the permission each needs (WRITE implies
 DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
 
 - consume an agent's events and requests topics: Topic READ
-- forward, reject, warn: Topic WRITE on run-requests, rejections, warnings
+- forward, reject, warn: Topic WRITE on run-requests, rejections, warnings (the
+  agents' own rejections and warnings topics when those settings are templates)
 - keep and restore thread state: Topic READ, WRITE on the changelog, and
   DESCRIBE_CONFIGS to check it is compacted (CREATE only if the gateway is to
   create changelogs itself; `topics create` makes them)
@@ -136,13 +137,24 @@ def gateway_acls(
         *topic(settings.requests_topic, "Read"),
         *topic(settings.run_requests_topic, "Write"),
         *topic(settings.changelog_topic, *changelog_ops),
-        Acl("topic", settings.rejections_topic, "literal", "Write", principal),
-        Acl("topic", settings.warnings_topic, "literal", "Write", principal),
+        *_outputs(settings, topic, principal),
         *(Acl("topic", p, "prefixed", "Write", principal) for p in reply_topic_prefixes),
         Acl("group", settings.group_id, "literal", "Read", principal),
         *transactional_ids(settings, agent_pattern, principal, instance_names),
     ]
     return _sorted(acls)
+
+
+def _outputs(settings: Settings, topic: Callable[..., list[Acl]], principal: str) -> list[Acl]:
+    """Write on the rejections and warnings topics: the one for all, or (a template) the
+    agents' own, as their other topics."""
+    acls: list[Acl] = []
+    for name in (settings.rejections_topic, settings.warnings_topic):
+        if settings.per_owner(name):
+            acls += topic(name, "Write")
+        else:
+            acls.append(Acl("topic", name, "literal", "Write", principal))
+    return acls
 
 
 def bridge_acls(settings: Settings, agent_pattern: str, principal: str) -> list[Acl]:
@@ -190,6 +202,14 @@ def overlaps(settings: Settings, agent_pattern: str, role: str = "gateway") -> l
             ("requests", settings.requests_topic),
             ("run-requests", settings.run_requests_topic),
             ("changelog", settings.changelog_topic),
+            *(
+                (kind, template)
+                for kind, template in (
+                    ("rejections", settings.rejections_topic),
+                    ("warnings", settings.warnings_topic),
+                )
+                if settings.per_owner(template)
+            ),
         )
     )
     heads = {kind: template.split(_AGENT)[0] + agent for kind, template in templates}

@@ -31,7 +31,8 @@ class ReplyTopics:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.metrics = metrics
         self.consumer: AIOKafkaConsumer | None = None  # its metadata shows what exists
-        self._own_topics = {settings.rejections_topic, settings.warnings_topic}
+        outputs = (settings.rejections_topic, settings.warnings_topic)
+        self._own_topics = {t for t in outputs if not settings.per_owner(t)}
         self._own_patterns: list[re.Pattern[str]] = [
             settings.topic_regex(template)
             for template in (
@@ -39,6 +40,7 @@ class ReplyTopics:
                 settings.requests_topic,
                 settings.run_requests_topic,
                 settings.changelog_topic,
+                *(t for t in outputs if settings.per_owner(t)),
             )
         ]
         self._refreshed_at = float("-inf")

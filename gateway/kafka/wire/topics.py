@@ -30,6 +30,8 @@ class AgentTopics:
     requests: str
     run_requests: str
     changelog: str
+    rejections: str  # the owner's, or with no {agent} in the setting the one for all
+    warnings: str
 
 
 class TopicNames:
@@ -48,13 +50,9 @@ class TopicNames:
             requests=s.topic(s.requests_topic, agent),
             run_requests=s.topic(s.run_requests_topic, agent),
             changelog=s.topic(s.changelog_topic, agent),
+            rejections=s.topic(s.rejections_topic, agent),
+            warnings=s.topic(s.warnings_topic, agent),
         )
-
-    def shared_outputs(self) -> list[str]:
-        """The topics every pair writes besides its agent's own: rejections and warnings
-        (reply topics, the edge's included, are named by requests)."""
-        s = self._settings
-        return [s.rejections_topic, s.warnings_topic]
 
     def owner_of_topic(self, topic: str) -> str | None:
         """The agent (or group) whose events or requests topic this is, else None."""
@@ -225,7 +223,9 @@ def create_errors(response: Any) -> dict[str, tuple[type[KafkaError], str]]:
 def agent_topic_layout(
     settings: Settings, agent: str, partitions: int, shared_partitions: int
 ) -> dict[str, tuple[int, dict[str, str]]]:
-    """What `topics create` makes for one agent, plus the shared topics."""
+    """What `topics create` makes for one agent (or group), plus its rejections and
+    warnings topics: the shared ones, or its own when those settings are templates (with
+    the shared ones' partitions and configs either way)."""
     names = TopicNames(settings).for_agent(agent)
     log_append = {"message.timestamp.type": "LogAppendTime"}
     return {
@@ -233,8 +233,8 @@ def agent_topic_layout(
         names.requests: (partitions, dict(log_append)),
         names.run_requests: (partitions, {}),
         names.changelog: (partitions, changelog_configs()),
-        settings.rejections_topic: (shared_partitions, {}),
-        settings.warnings_topic: (shared_partitions, {}),
+        names.rejections: (shared_partitions, {}),
+        names.warnings: (shared_partitions, {}),
     }
 
 
