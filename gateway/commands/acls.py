@@ -45,8 +45,7 @@ def main(
             file=sys.stderr,
         )
         return 2
-    if not principal.startswith("User:") or principal == "User:":
-        print("agui-gateway acls: --principal must look like User:<name>", file=sys.stderr)
+    if not _principal_ok(principal):
         return 2
     problem = _misplaced(settings, role, reply_topic_prefixes, create_changelogs, instance_names)
     if problem:
@@ -128,8 +127,7 @@ def groups_main(
             file=sys.stderr,
         )
         return 2
-    if not principal.startswith("User:") or principal == "User:":
-        print("agui-gateway acls: --principal must look like User:<name>", file=sys.stderr)
+    if not _principal_ok(principal):
         return 2
     found = {
         acl
@@ -145,6 +143,14 @@ def groups_main(
             file=sys.stderr,
         )
     return _emit(settings, acls, action, command_config, principal)
+
+
+def _principal_ok(principal: str) -> bool:
+    """Whether `principal` names a user as Kafka's ACLs do; if not, says so."""
+    if principal.startswith("User:") and principal != "User:":
+        return True
+    print("agui-gateway acls: --principal must look like User:<name>", file=sys.stderr)
+    return False
 
 
 def _emit(

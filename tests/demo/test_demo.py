@@ -152,6 +152,29 @@ async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
 
 
 @pytest.mark.integration
+async def demo_output(ns: Namespace, argv: list[str], timeout: float) -> str:
+    """What `agui-gateway <argv>` printed, once it exited 0 with nothing on stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        str(GATEWAY_BIN),
+        *argv,
+        env={**ns.env(http_port=0), "COLUMNS": "400"},  # one line per figure
+        cwd=str(REPO_ROOT),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            stdout, stderr = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    out, err = stdout.decode(), stderr.decode()
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
+    assert err == "", err
+    return out
+
+
 @pytest.mark.timeout(200)
 async def test_demo_with_the_real_agent_runs_each_approved_tool_call_once(
     kafka_bootstrap: str, unique_name
@@ -162,24 +185,7 @@ async def test_demo_with_the_real_agent_runs_each_approved_tool_call_once(
     agent = unique_name("demo")[:20]
     real = f"{agent}-payments"
     argv = ["demo", "--agent", agent, "--duration", "20", "--rate", "2", "--real-agent"]
-    proc = await asyncio.create_subprocess_exec(
-        str(GATEWAY_BIN),
-        *argv,
-        env={**ns.env(http_port=0), "COLUMNS": "400"},  # one line per figure
-        cwd=str(REPO_ROOT),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(150):
-            stdout, stderr = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    out, err = stdout.decode(), stderr.decode()
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
-    assert err == "", err
+    out = await demo_output(ns, argv, timeout=150)
 
     title = f"real agent {real!r} (pydantic-ai, behind the bridge)"
     assert out.count(FINAL_MARKER) == 1, out

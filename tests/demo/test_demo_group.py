@@ -3,14 +3,13 @@ agents of one group on the group's topics, through the in-process gateway."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import pytest
 
 from gateway.demo.console import FINAL_MARKER
-from tests.demo.test_demo import GATEWAY_BIN, field, pairs
-from tests.integration.support import REPO_ROOT, Namespace, collect, header
+from tests.demo.test_demo import demo_output, field, pairs
+from tests.integration.support import Namespace, collect, header
 
 pytestmark = pytest.mark.integration
 
@@ -23,24 +22,7 @@ async def test_the_demo_runs_a_group_of_agents_on_one_set_of_topics(
     group = unique_name("grp")[:20]
     members = [f"{group}-{n}" for n in (1, 2, 3)]
     argv = ["demo", "--agent", group, "--group-agents", "3", "--duration", "20", "--rate", "6"]
-    proc = await asyncio.create_subprocess_exec(
-        str(GATEWAY_BIN),
-        *argv,
-        env={**ns.env(http_port=0), "COLUMNS": "400"},  # one line per figure
-        cwd=str(REPO_ROOT),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(120):
-            stdout, stderr = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    out, err = stdout.decode(), stderr.decode()
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
-    assert err == "", err
+    out = await demo_output(ns, argv, timeout=120)
     assert out.count(FINAL_MARKER) == 1, out
     summary = out.split(FINAL_MARKER, 1)[1]
     assert f"agui-gateway demo, group '{group}' (3 agents)" in summary

@@ -168,6 +168,43 @@ def ns(secure_kafka: tuple[str, Path]) -> SecureNamespace:
     return SecureNamespace(*secure_kafka)
 
 
+async def judged_once_each(ns: SecureNamespace, sec: dict[str, Any], thread: str) -> None:
+    """An interrupted run on `thread`, an answer leaving its interrupt uncovered (rejected)
+    and the covering one (forwarded), each with its verdict on the reply topic."""
+    await produce(
+        ns.bootstrap,
+        ns.events(AGENT),
+        [(thread, started(thread, "run-1")), (thread, interrupted(thread, "run-1", "pick"))],
+        **sec,
+    )
+    # uncovered: no entry for "pick" (a rejection), then the covering answer (a forward)
+    await produce(
+        ns.bootstrap,
+        ns.requests(AGENT),
+        [(thread, resume(thread, "run-2"))],
+        headers=reply_headers(ns, "c-bad"),
+        **sec,
+    )
+    good = resume(thread, "run-2", {"interruptId": "pick", "status": "resolved", "payload": 1})
+    await produce(
+        ns.bootstrap,
+        ns.requests(AGENT),
+        [(thread, good)],
+        headers=reply_headers(ns, "c-good"),
+        **sec,
+    )
+    forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, **sec)
+    assert values(forwarded) == [good]
+    rejected = values(await collect(ns.bootstrap, ns.rejections, count=1, **sec))
+    assert [r["code"] for r in rejected[0]["reasons"]] == ["uncovered_interrupt"]
+    replies = await collect(ns.bootstrap, ns.replies(), count=2, **sec)
+    verdicts = {
+        header(r, "agui-correlation-id"): v["verdict"]
+        for r, v in zip(replies, values(replies), strict=True)
+    }
+    assert verdicts == {"c-bad": "reject", "c-good": "forward"}
+
+
 async def test_gateway_with_exactly_its_acls_forwards_rejects_replies_and_restores(
     ns: SecureNamespace, tmp_path: Path
 ) -> None:
@@ -176,38 +213,7 @@ async def test_gateway_with_exactly_its_acls_forwards_rejects_replies_and_restor
     first = await GatewayProcess(ns, tmp_path, name="first").start()
     thread = "t-1"
     try:
-        await produce(
-            ns.bootstrap,
-            ns.events(AGENT),
-            [(thread, started(thread, "run-1")), (thread, interrupted(thread, "run-1", "pick"))],
-            **sec,
-        )
-        # uncovered: no entry for "pick" (a rejection), then the covering answer (a forward)
-        await produce(
-            ns.bootstrap,
-            ns.requests(AGENT),
-            [(thread, resume(thread, "run-2"))],
-            headers=reply_headers(ns, "c-bad"),
-            **sec,
-        )
-        good = resume(thread, "run-2", {"interruptId": "pick", "status": "resolved", "payload": 1})
-        await produce(
-            ns.bootstrap,
-            ns.requests(AGENT),
-            [(thread, good)],
-            headers=reply_headers(ns, "c-good"),
-            **sec,
-        )
-        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, **sec)
-        assert values(forwarded) == [good]
-        rejected = values(await collect(ns.bootstrap, ns.rejections, count=1, **sec))
-        assert [r["code"] for r in rejected[0]["reasons"]] == ["uncovered_interrupt"]
-        replies = await collect(ns.bootstrap, ns.replies(), count=2, **sec)
-        verdicts = {
-            header(r, "agui-correlation-id"): v["verdict"]
-            for r, v in zip(replies, values(replies), strict=True)
-        }
-        assert verdicts == {"c-bad": "reject", "c-good": "forward"}
+        await judged_once_each(ns, sec, thread)
         _, ready_body = first.http("/readyz")
     finally:
         assert await first.stop() == 0
@@ -254,35 +260,8 @@ async def test_an_instance_scoped_gateway_with_exactly_its_acls_decides(
     await setup_agent(ns, *acls_args, **scope)
     sec = ns.security()
     gateway = await GatewayProcess(ns, tmp_path, **scope).start()
-    thread = "t-1"
     try:
-        await produce(
-            ns.bootstrap,
-            ns.events(AGENT),
-            [(thread, started(thread, "run-1")), (thread, interrupted(thread, "run-1", "pick"))],
-            **sec,
-        )
-        await produce(
-            ns.bootstrap,
-            ns.requests(AGENT),
-            [(thread, resume(thread, "run-2"))],
-            headers=reply_headers(ns, "c-bad"),
-            **sec,
-        )
-        good = resume(thread, "run-2", {"interruptId": "pick", "status": "resolved", "payload": 1})
-        await produce(
-            ns.bootstrap,
-            ns.requests(AGENT),
-            [(thread, good)],
-            headers=reply_headers(ns, "c-good"),
-            **sec,
-        )
-        forwarded = await collect(ns.bootstrap, ns.run_requests(AGENT), count=1, **sec)
-        assert values(forwarded) == [good]
-        rejected = values(await collect(ns.bootstrap, ns.rejections, count=1, **sec))
-        assert [r["code"] for r in rejected[0]["reasons"]] == ["uncovered_interrupt"]
-        replies = await collect(ns.bootstrap, ns.replies(), count=2, **sec)
-        assert sorted(v["verdict"] for v in values(replies)) == ["forward", "reject"]
+        await judged_once_each(ns, sec, "t-1")
         assert json.loads(gateway.http("/readyz")[1])["denied"] == {}
     finally:
         assert await gateway.stop() == 0, gateway.log_tail()

@@ -95,7 +95,7 @@ def _list(item: dict[str, Any], value: list[Any], at: Path, found: dict[Path, li
 
 
 def _model(node: dict[str, Any], value: Any, at: Path, found: dict[Path, list[str]]) -> Any:
-    spec = _fields(id(node), node)
+    spec = _fields(node)
     if spec is None or type(value) is not dict:
         return value
     accepted, deep, twice = spec
@@ -125,10 +125,10 @@ _Spec = tuple[frozenset[str], tuple[tuple[str, dict[str, Any]], ...], tuple[tupl
 _SPECS: dict[int, tuple[dict[str, Any], _Spec | None]] = {}
 
 
-def _fields(key: int, node: dict[str, Any]) -> _Spec | None:
+def _fields(node: dict[str, Any]) -> _Spec | None:
     """(member names the model reads, (wire name, schema) of each field, (alias, name) of
     each field whose two names differ), or None: the model is not walked."""
-    kept = _SPECS.get(key)
+    kept = _SPECS.get(id(node))
     if kept is not None and kept[0] is node:
         return kept[1]
     return _read_fields(node)  # a node no model's schema held when read: not kept
