@@ -13,6 +13,7 @@ from gateway.core.requests.judge import judge
 from gateway.core.values.codes import Reason, Rule, Verdict, Warn
 from gateway.core.values.decision import Answer, Decision, Policy
 from gateway.core.values.findings import Finding
+from gateway.core.values.identity import Identity
 from gateway.core.values.thread import InterruptRecord, RunStatus, ThreadState
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "EventKind",
     "EventOutcome",
     "Finding",
+    "Identity",
     "InterruptRecord",
     "Policy",
     "Reason",

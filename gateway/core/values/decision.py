@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway.core.values.codes import Verdict
 from gateway.core.values.findings import Finding
+from gateway.core.values.identity import Identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,8 @@ class Decision:
     answers: tuple[Answer, ...] = ()
     # on forward: where members were removed from the input, in the input as received
     removed: tuple[tuple[str | int, ...], ...] = ()
+    # who sent the request, as verified by the shell (None: unattested)
+    identity: Identity | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The `agui-gateway check` / reply form of the decision."""
