@@ -333,7 +333,7 @@ async def test_the_live_stream_renders_rows_and_closes(source):
     page = InboxPage(source, _yes, Settings(), sender=Recording())
     newcomer = item("support", "t-5", "new", message=EVIL, opened_ms=NOW)
     frame = page._frame("/inbox", {"op": "open", "item": newcomer})
-    assert frame is not None and frame["event"] == "open"
+    assert frame is not None and frame["event"] == "interrupt-open"
     assert EVIL not in frame["data"] and "support\\u001ft-5\\u001fnew" in frame["data"]
     closing = {
         "op": "close",
@@ -344,7 +344,7 @@ async def test_the_live_stream_renders_rows_and_closes(source):
         "status": "expired",
     }
     assert page._frame("/inbox", closing) == {
-        "event": "close",
+        "event": "interrupt-close",
         "data": '{"key":"k","agent":"a","thread":"t","interrupt":"i","status":"expired"}',
     }
     assert page._frame("/inbox", {"op": "compacted"}) is None

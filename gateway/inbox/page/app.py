@@ -3,8 +3,8 @@
 - `GET /inbox`: the open interrupts (the filters as query parameters), the per-agent
   summary and the view's lag, server-rendered;
 - `GET /inbox/events`: the page's own live stream (SSE), fed by the source's
-  `changes()`: `event: open` carries the row's HTML (rendered here, escaped) and its
-  key, `event: close` the key and how it closed;
+  `changes()`: `event: interrupt-open` carries the row's HTML (rendered here,
+  escaped) and its key, `event: interrupt-close` the key and how it closed;
 - `GET /inbox/thread?agent=&thread=`: the thread's open interrupts and the one form
   that answers them all;
 - `POST /inbox/check`: the form read back and checked against each `responseSchema`
@@ -12,7 +12,7 @@
 - `POST /inbox/answer`: the same, then the next `RunAgentInput` sent through
   `GatewayClient` and the gateway's verdict returned as JSON;
 - `GET /inbox/summary`: the summary as JSON (the page refreshes its table with it);
-- `GET /inbox/assets/inbox.js|inbox.css`.
+- `GET /inbox/assets/inbox.js|inbox.css|icon.svg`.
 
 Every route asks `authorize` first (401 when it says no). A POST whose `Origin` is
 another site's is refused (403), so a page elsewhere cannot answer with the
@@ -193,10 +193,10 @@ class InboxPage:
                 "openedAtMs": item.get("openedAtMs"),
                 "html": render.row(base, item, self.clock()),
             }
-            return {"event": "open", "data": jsonio.dumps(data).decode()}
+            return {"event": "interrupt-open", "data": jsonio.dumps(data).decode()}
         if op == "close":
             data = {k: change.get(k) for k in ("key", "agent", "thread", "interrupt", "status")}
-            return {"event": "close", "data": jsonio.dumps(data).decode()}
+            return {"event": "interrupt-close", "data": jsonio.dumps(data).decode()}
         return None
 
     # --- answering --------------------------------------------------------------------------

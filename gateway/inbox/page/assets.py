@@ -246,10 +246,10 @@ SCRIPT = r"""
     const source = new EventSource(base + "/events");
     source.onopen = () => { live.textContent = "live"; live.className = "live on"; };
     source.onerror = () => { live.textContent = "reconnecting…"; live.className = "live off"; };
-    source.addEventListener("open", (e) => {
+    source.addEventListener("interrupt-open", (e) => {
       if (table) addRow(JSON.parse(e.data));
     });
-    source.addEventListener("close", (e) => {
+    source.addEventListener("interrupt-close", (e) => {
       const data = JSON.parse(e.data);
       if (table) removeRow(data.key);
       const part = parts().find((p) => p.dataset.key === data.key);
@@ -327,8 +327,15 @@ ul.issues li.schema::before { content: "schema: "; font-weight: 600; }
 pre.schema { background: #f3f5f8; padding: .5rem; overflow: auto; }
 """
 
-# name -> (media type, text); finite: the two files of the page
+ICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    '<rect x="1" y="3" width="14" height="10" rx="2" fill="#3b6fb6"/>'
+    '<path d="M1 6h5l2 2 2-2h5" stroke="#fff" fill="none"/></svg>'
+)
+
+# name -> (media type, text); finite: the page's three files
 ASSETS: dict[str, tuple[str, str]] = {
     "inbox.js": ("text/javascript; charset=utf-8", SCRIPT),
     "inbox.css": ("text/css; charset=utf-8", STYLE),
+    "icon.svg": ("image/svg+xml", ICON),
 }

@@ -34,6 +34,7 @@ def document(base: str, title: str, body: str) -> str:
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title>"
+        f'<link rel="icon" href="{esc(base)}/assets/icon.svg">'
         f'<link rel="stylesheet" href="{esc(base)}/assets/inbox.css">'
         f'<script defer src="{esc(base)}/assets/inbox.js"></script>'
         f'</head><body data-base="{esc(base)}">{body}</body></html>'
