@@ -61,6 +61,13 @@ async def browser() -> AsyncIterator[Browser]:
             await launched.close()
 
 
+async def shot(page: Page, name: str) -> None:
+    """A screenshot into $INBOX_PAGE_SHOTS (the docs' images: docs/assets), when set."""
+    folder = os.environ.get("INBOX_PAGE_SHOTS")
+    if folder:
+        await page.screenshot(path=os.path.join(folder, name), full_page=True)
+
+
 async def signed_in(b: Browser, base_url: str) -> tuple[BrowserContext, Page, list[str]]:
     """A browser context holding the session cookie, a page in it, and the list its
     console errors (a Content-Security-Policy violation among them) are kept in."""
@@ -70,7 +77,8 @@ async def signed_in(b: Browser, base_url: str) -> tuple[BrowserContext, Page, li
     errors: list[str] = []
 
     def on_console(message: Any) -> None:
-        if message.type == "error":
+        # a form the page refused to send yet is answered 422, which the browser logs
+        if message.type == "error" and "status of 422" not in message.text:
             errors.append(message.text)
 
     page.on("console", on_console)

@@ -153,7 +153,7 @@ class MemorySource:
         mine = [e for e in self.items.values() if e["agent"] == agent and e["thread"] == thread]
         if not mine and not any(k.split("\x1f")[:2] == [agent, thread] for k, _ in self.closed):
             return None
-        mine.sort(key=lambda e: (e["openedAtMs"], e["interrupt"]))
+        mine.sort(key=lambda e: e["openedAtMs"])  # then as the run listed them
         runs = sorted({e["run"] for e in mine})
         return {
             "agent": agent,
