@@ -353,6 +353,8 @@ class Settings(BaseSettings):
     """Open interrupts the page lists at most (oldest first; the filters narrow them)."""
     inbox_page_keepalive_s: float = Field(default=15.0, gt=0)
     """Interval of keep-alive comments on the page's live stream (`GET /inbox/events`)."""
+    inbox_page_summary_refresh_s: float = Field(default=15.0, gt=0)
+    """How often the open page refreshes its per-agent summary and the view's lag."""
     inbox_page_max_body_bytes: int = Field(default=1_000_000, ge=1)
     """Largest answer form (or JSON check) the page accepts; beyond it 413."""
 

@@ -50,7 +50,8 @@ async def test_rows_live_changes_countdown_and_an_answer_in_chromium(tmp_path):
     )
     source.open(item("support", "t-2", "soon", opened_ms=now - 10_000, expires_ms=now + 4_000))
     sender = Recording()
-    page_app = InboxPage(source, cookie_authorize, Settings(), sender=sender)
+    settings = Settings(inbox_page_summary_refresh_s=0.5)
+    page_app = InboxPage(source, cookie_authorize, settings, sender=sender)
     app = Starlette(routes=page_app.routes())
     async with serving(app) as base_url, browser() as b:
         context, page, errors = await signed_in(b, base_url)
@@ -59,6 +60,15 @@ async def test_rows_live_changes_countdown_and_an_answer_in_chromium(tmp_path):
         await expect(rows).to_have_count(3)
         await expect(rows.nth(0).locator("td.message")).to_have_text(EVIL)  # as text, escaped
         await expect(page.locator("#live")).to_have_text("live")
+
+        # the summary and the view's lag follow the view without a reload
+        await expect(page.locator("#lag")).to_have_text("view lag: 0.1 s")
+        source.lag = 2.4
+        source.latency["billing"] = (3.0, 12.5)
+        await expect(page.locator("#lag")).to_have_text("view lag: 2.4 s", timeout=3000)
+        billing = page.locator('table.summary tr[data-agent="billing"] td')
+        await expect(billing.nth(4)).to_have_text("12.50 s", timeout=3000)
+        await expect(billing.nth(2)).to_have_text("input_required: 1, tool_approval: 1")
 
         # an interrupt opens: its row appears, newest last, without a reload
         started = time.monotonic()

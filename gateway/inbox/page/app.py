@@ -56,7 +56,10 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-FILTER_NAMES = ("agent", "group", "reason", "olderThan", "expiringBefore", "q")
+FILTER_NAMES = ("agent", "reason", "olderThan", "expiringBefore", "q")
+
+
+MAX_FIELDS = 10_000  # fields of one submitted form
 
 
 class _TooLarge(Exception):
@@ -124,7 +127,10 @@ class InboxPage:
             if len(body) > limit:
                 raise _TooLarge
         text = bytes(body).decode("utf-8", errors="replace")
-        return dict(parse_qsl(text, keep_blank_values=True, max_num_fields=10_000))
+        try:
+            return dict(parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FIELDS))
+        except ValueError:  # more fields than any form of the page has
+            raise _TooLarge from None
 
     # --- pages ------------------------------------------------------------------------------
 
@@ -143,7 +149,12 @@ class InboxPage:
             # the view refused a filter (its own 400): show the page without rows
             listing = {"items": [], "total": 0, "lagSeconds": listing.get("lagSeconds")}
         page = render.inbox(
-            self._base(request), listing, self.source.summary(), filters, self.clock()
+            self._base(request),
+            listing,
+            self.source.summary(),
+            filters,
+            self.clock(),
+            refresh_s=self.settings.inbox_page_summary_refresh_s,
         )
         return HTMLResponse(page)
 

@@ -276,15 +276,17 @@ SCRIPT = r"""
         tr.dataset.agent = a.agent;
         const reasons = Object.keys(a.byReason || {}).sort().map((k) => (k || "(none)") + ": " + a.byReason[k]).join(", ");
         const latency = a.latency || {};
-        for (const text of [a.agent, a.open, reasons, secs(latency.p50Seconds), secs(latency.p95Seconds), a.unrecognisedEntries, a.uncoveredInterrupts]) {
+        const cells = [a.agent, a.open, reasons, secs(latency.p50Seconds), secs(latency.p95Seconds), a.unrecognisedEntries, a.uncoveredInterrupts];
+        cells.forEach((text, i) => {
           const td = document.createElement("td");
+          if (i !== 0 && i !== 2) td.className = "num";
           td.textContent = String(text);
           tr.appendChild(td);
-        }
+        });
         fresh.appendChild(tr);
       }
       if (fresh.rows.length) summary.replaceChild(fresh, body);
-    }, 15000);
+    }, 1000 * (Number(document.body.dataset.refresh) || 15));
   }
 })();
 """

@@ -27,7 +27,7 @@ def esc(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def document(base: str, title: str, body: str) -> str:
+def document(base: str, title: str, body: str, refresh_s: float = 15.0) -> str:
     """A whole page around `body` (HTML this module built)."""
     return (
         "<!doctype html>\n"
@@ -37,7 +37,7 @@ def document(base: str, title: str, body: str) -> str:
         f'<link rel="icon" href="{esc(base)}/assets/icon.svg">'
         f'<link rel="stylesheet" href="{esc(base)}/assets/inbox.css">'
         f'<script defer src="{esc(base)}/assets/inbox.js"></script>'
-        f'</head><body data-base="{esc(base)}">{body}</body></html>'
+        f'</head><body data-base="{esc(base)}" data-refresh="{refresh_s:g}">{body}</body></html>'
     )
 
 
@@ -163,6 +163,7 @@ def inbox(
     summary: Mapping[str, Any],
     filters: Mapping[str, str],
     now_ms: int,
+    refresh_s: float = 15.0,
 ) -> str:
     """The inbox: filters, the summary per agent, and the open interrupts, oldest first."""
     items = [i for i in listing.get("items") or [] if isinstance(i, dict)]
@@ -192,7 +193,7 @@ def inbox(
         )
         + "</section>"
     )
-    return document(base, "Interrupt inbox", body)
+    return document(base, "Interrupt inbox", body, refresh_s)
 
 
 # --- the answer form ---------------------------------------------------------------------
