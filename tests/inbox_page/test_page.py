@@ -351,3 +351,17 @@ async def test_the_live_stream_renders_rows_and_closes(source):
     await page.aclose()
     assert page.sender.closed  # type: ignore[attr-defined]
     assert asyncio.get_running_loop()
+
+
+def test_with_no_broker_the_real_sender_says_kafka_is_unavailable(source):
+    # the default sender: a GatewayClient, here pointed at a port nothing listens on
+    app = Starlette(routes=routes(source, _yes, Settings(bootstrap_servers="127.0.0.1:1")))
+    client = TestClient(app)
+    for _ in range(2):  # a failed start leaves nothing behind: the next answer tries again
+        response = client.post("/inbox/answer", data=answer_fields())
+        assert response.status_code == 503
+        assert response.json() == {
+            "sent": False,
+            "error": "kafka_unavailable",
+            "detail": "KafkaConnectionError",
+        }

@@ -35,7 +35,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.client import DuplicateReply, ForwardReply, ReplyTimeout, UnknownAgent
+from gateway.client import (
+    DuplicateReply,
+    ForwardReply,
+    ReplyTimeout,
+    ReplyTopicMissing,
+    UnknownAgent,
+)
 from gateway.codec import jsonio
 from gateway.inbox.page import assets, render, resume
 from gateway.inbox.page.sender import AnswerSender, KafkaSender
@@ -278,7 +284,7 @@ class InboxPage:
                 },
                 504,
             )
-        except (TimeoutError, KafkaError, OSError) as exc:
+        except (TimeoutError, KafkaError, OSError, ReplyTopicMissing) as exc:
             log.warning(
                 "inbox answer: not sent",
                 extra={"agent": agent, "thread_id": thread, "error": type(exc).__name__},

@@ -47,7 +47,11 @@ class KafkaSender:
                     reply_topic_partitions=s.inbox_page_reply_partitions,
                     settings=s,
                 )
-                await client.start()
+                try:
+                    await client.start()
+                except BaseException:
+                    await client.stop()  # what did start (the producer) is stopped
+                    raise
                 self._client = client
             return self._client
 
