@@ -13,6 +13,7 @@ import shutil
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import uvicorn
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 from starlette.applications import Starlette
@@ -53,6 +54,12 @@ async def serving(app: Starlette) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def browser() -> AsyncIterator[Browser]:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(
+            f"no chromium at {CHROMIUM}: install Debian's package (apt-get install -y chromium) "
+            "or name one in INBOX_PAGE_CHROMIUM",
+            pytrace=False,
+        )
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
