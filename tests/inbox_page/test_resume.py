@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ag_ui.core import RunAgentInput
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.core.reading.shape import read_input
 from gateway.inbox.page import resume
@@ -134,3 +136,37 @@ def test_the_run_input_is_a_valid_run_agent_input_answering_each_entry():
     assert shape.model is not None and shape.malformed == [] and shape.unknown == []
     assert shape.model.ids() == ["approve", "refund"]
     assert resume.new_run_id() != run_id
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["resolved", "cancelled"]), st.sampled_from(["approve", "deny"])),
+        min_size=1,
+        max_size=12,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_a_whole_form_in_any_order_covers_every_open_interrupt_once(answers, rnd):
+    open_items = [item("a", "t", f"i{n}", opened_ms=NOW) for n in range(len(answers))]
+    order = list(range(len(answers)))
+    rnd.shuffle(order)  # the form's parts in any order
+    fields: dict[str, str] = {}
+    for slot, n in enumerate(order):
+        status, decision = answers[n]
+        fields |= {f"{slot}.id": f"i{n}", f"{slot}.status": status, f"{slot}:": decision}
+    plan = resume.plan(open_items, fields, NOW)
+    assert plan.issues == ()
+    assert [e["interruptId"] for e in plan.entries] == [f"i{n}" for n in range(len(answers))]
+    for entry, (status, decision) in zip(plan.entries, answers, strict=True):
+        assert entry["status"] == status
+        assert entry.get("payload") == ((decision == "approve") if status == "resolved" else None)
+    # drop any one part: the form is refused, naming the interrupt left out
+    gone = rnd.randrange(len(answers))
+    slot = order.index(gone)
+    partial = {k: v for k, v in fields.items() if not k.startswith((f"{slot}.", f"{slot}:"))}
+    assert len(resume.parts(partial)) == len(answers) - 1  # a gap in the numbers is no end
+    refused = resume.plan(open_items, partial, NOW)
+    assert [(i.interrupt, i.message) for i in refused.issues] == [
+        (f"i{gone}", "open but not in the form: reload the thread")
+    ]

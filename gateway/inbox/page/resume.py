@@ -66,15 +66,16 @@ def expired(item: Mapping[str, Any], now_ms: int) -> bool:
 
 
 def parts(fields: Mapping[str, str]) -> dict[str, tuple[str, dict[str, str]]]:
-    """interrupt id -> (status, its widget's fields) from a submitted form."""
+    """interrupt id -> (status, its widget's fields) from a submitted form (at most
+    MAX_PARTS parts, in the order of their numbers)."""
+    numbers = sorted(int(key[:-3]) for key in fields if key.endswith(".id") and key[:-3].isdigit())[
+        :MAX_PARTS
+    ]
     found: dict[str, tuple[str, dict[str, str]]] = {}
-    for n in range(MAX_PARTS):
-        interrupt = fields.get(f"{n}.id")
-        if interrupt is None:
-            break
+    for n in numbers:
         prefix = f"{n}:"
         own = {k[len(prefix) :]: v for k, v in fields.items() if k.startswith(prefix)}
-        found[interrupt] = (fields.get(f"{n}.status", ""), own)
+        found[fields[f"{n}.id"]] = (fields.get(f"{n}.status", ""), own)
     return found
 
 
