@@ -155,6 +155,17 @@ def test_filters_go_to_the_source_as_the_contract_names_them(source):
 def test_a_filter_the_view_refuses_shows_no_rows(source):
     html = client_for(source, Recording()).get("/inbox", params={"expiringBefore": "soon"}).text
     assert rows_in(html) == []
+    assert "The view refused the filters: expiringBefore" in html
+
+
+def test_a_view_that_raises_on_a_filter_is_shown_as_refusing_it(source):
+    def refusing(query):
+        raise ValueError("olderThan is not a number")
+
+    source.interrupts = refusing  # type: ignore[method-assign]
+    html = client_for(source, Recording()).get("/inbox", params={"olderThan": "x"}).text
+    assert rows_in(html) == []
+    assert "The view refused the filters: olderThan is not a number" in html
 
 
 def test_no_access_without_authorization(source):

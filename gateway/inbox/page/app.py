@@ -150,10 +150,14 @@ class InboxPage:
                 query[name] = [a.strip() for a in value.split(",") if a.strip()]
             else:
                 query[name] = [value]
-        listing = self.source.interrupts(query)
+        try:
+            listing = self.source.interrupts(query)
+        except ValueError as exc:  # a view may refuse a filter by raising
+            listing = {"error": "bad_request", "detail": str(exc)}
         if "error" in listing and not listing.get("items"):
-            # the view refused a filter (its own 400): show the page without rows
-            listing = {"items": [], "total": 0, "lagSeconds": listing.get("lagSeconds")}
+            # the view refused a filter (its own 400): the page says so, without rows
+            refused = str(listing.get("detail") or listing.get("error"))
+            listing = {"items": [], "lagSeconds": listing.get("lagSeconds"), "refused": refused}
         page = render.inbox(
             self._base(request),
             listing,

@@ -326,6 +326,7 @@ ul.issues li.schema::before { content: "schema: "; font-weight: 600; }
 .result .forward { color: #1a7f37; font-weight: 600; }
 .result .reject { color: #8a1f11; font-weight: 600; }
 .result .warn, .expired-note { color: #8a5a00; }
+.refused { color: #8a1f11; font-weight: 600; }
 pre.schema { background: #f3f5f8; padding: .5rem; overflow: auto; }
 """
 

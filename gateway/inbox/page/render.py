@@ -181,7 +181,12 @@ def inbox(
         '<span class="live" id="live">connecting…</span></header>'
         f'<form class="filters" id="filters" method="get" action="{esc(base)}">{inputs}'
         f'<button type="submit">Filter</button> <a href="{esc(base)}">clear</a></form>'
-        f"<section><h2>Per agent, last hour</h2>{summary_table(summary)}</section>"
+        + (
+            f'<p class="refused">The view refused the filters: {esc(listing["refused"])}</p>'
+            if listing.get("refused")
+            else ""
+        )
+        + f"<section><h2>Per agent, last hour</h2>{summary_table(summary)}</section>"
         f'<section><h2>Open interrupts <span id="count">{shown}</span></h2>'
         '<table class="interrupts" id="interrupts"><thead><tr><th>Agent</th><th>Thread</th>'
         "<th>Interrupt</th><th>Reason</th><th>Message</th><th>Age</th><th>Expires</th><th></th>"
