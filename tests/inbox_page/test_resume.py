@@ -170,3 +170,13 @@ def test_a_whole_form_in_any_order_covers_every_open_interrupt_once(answers, rnd
     assert [(i.interrupt, i.message) for i in refused.issues] == [
         (f"i{gone}", "open but not in the form: reload the thread")
     ]
+
+
+def test_a_string_breaking_its_pattern_or_length_is_a_schema_issue():
+    schema = {"type": "string", "pattern": "^[A-Z]{3}-[0-9]+$", "maxLength": 8}
+    open_items = [item("a", "t", "code", schema=schema)]
+    good = resume.plan(open_items, {"0.id": "code", "0.status": "resolved", "0:": "ABC-12"}, NOW)
+    assert good.issues == () and good.entries[0]["payload"] == "ABC-12"
+    bad = resume.plan(open_items, {"0.id": "code", "0.status": "resolved", "0:": "abc-123456"}, NOW)
+    assert [(i.path, i.schema) for i in bad.issues] == [("", True)]
+    assert "does not match" in bad.issues[0].message and "longer than 8" in bad.issues[0].message
