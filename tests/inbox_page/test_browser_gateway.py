@@ -6,7 +6,8 @@ page lists them from the in-memory InboxSource, which the test fills as the view
 sender, `GatewayClient`, to the agent's requests topic: a form answering both
 interrupts of a thread is forwarded (the run that follows is shown, and its request is
 on the run-requests topic), one breaking its responseSchema is rejected with
-`payload_schema_mismatch` (shown, nothing forwarded), and an interrupt that expired on
+`payload_schema_mismatch` (shown, nothing forwarded), one built from a view that lags
+(one of two open interrupts listed) is rejected with `uncovered_interrupt`, and an interrupt that expired on
 the page can only be abandoned, which the gateway forwards.
 """
 
@@ -97,6 +98,11 @@ async def test_answers_from_the_page_are_judged_by_the_gateway(kafka_bootstrap, 
                 },
             ],
             "t-bad": [{"id": "tags", "reason": "input_required", "responseSchema": TAGS}],
+            # the view lags: it lists one of t-stale's two interrupts (below)
+            "t-stale": [
+                {"id": "first", "reason": "tool_approval"},
+                {"id": "second", "reason": "tool_approval"},
+            ],
             "t-late": [
                 {"id": "late", "reason": "tool_approval", "expiresAt": iso(now + 15_000)},
             ],
@@ -105,7 +111,7 @@ async def test_answers_from_the_page_are_judged_by_the_gateway(kafka_bootstrap, 
             await produce(
                 ns.bootstrap, ns.events(AGENT), interrupted(thread, f"{thread}-r1", *interrupts)
             )
-            for interrupt in interrupts:
+            for interrupt in interrupts[:1] if thread == "t-stale" else interrupts:
                 source.open(as_item(thread, f"{thread}-r1", interrupt, now))
 
         page_app = InboxPage(source, cookie_authorize, sender.settings, sender=sender)
@@ -113,7 +119,7 @@ async def test_answers_from_the_page_are_judged_by_the_gateway(kafka_bootstrap, 
             context, page, errors = await signed_in(b, base_url)
             await page.goto(f"{base_url}/inbox")
             rows = page.locator("#interrupts tbody tr.row")
-            await expect(rows).to_have_count(4)
+            await expect(rows).to_have_count(5)
             await expect(page.locator("#live")).to_have_text("live")
             await shot(page, "inbox-page.png")
             # t-late's thread opened in a tab of its own while it can still be answered
@@ -151,7 +157,17 @@ async def test_answers_from_the_page_are_judged_by_the_gateway(kafka_bootstrap, 
             )
             await shot(page, "inbox-page-rejected.png")
 
-            # 3. t-late expires while its thread is open: only abandoning is left
+            # 3. a form built from a lagging view covers one of two open interrupts: the
+            # gateway rejects it (uncovered_interrupt), the page cannot get past the rule
+            await page.goto(f"{base_url}/inbox/thread?agent={AGENT}&thread=t-stale")
+            await expect(page.locator("fieldset.part")).to_have_count(1)
+            await page.locator('.decision input[value="approve"]').check()
+            await page.locator("#send").click()
+            await expect(page.locator("#result .reasons")).to_contain_text(
+                "uncovered_interrupt (second"
+            )
+
+            # 4. t-late expires while its thread is open: only abandoning is left
             part = late_page.locator('fieldset.part[data-interrupt="late"]')
             await expect(part).to_have_class("part expired", timeout=20_000)
             await expect(part.locator(".expiry")).to_have_text("expired")
@@ -174,19 +190,22 @@ async def test_answers_from_the_page_are_judged_by_the_gateway(kafka_bootstrap, 
                 {"interruptId": "amount", "status": "resolved", "payload": {"amount": 40}},
             ]
             assert by_run[run_late]["resume"] == [{"interruptId": "late", "status": "cancelled"}]
-            rejections = values(await collect(ns.bootstrap, ns.rejections, count=1, timeout=30))
-            assert [r["threadId"] for r in rejections] == ["t-bad"]
-            assert [r["code"] for r in rejections[0]["reasons"]] == ["payload_schema_mismatch"]
+            rejections = values(await collect(ns.bootstrap, ns.rejections, count=2, timeout=30))
+            codes = {r["threadId"]: [c["code"] for c in r["reasons"]] for r in rejections}
+            assert codes == {
+                "t-bad": ["payload_schema_mismatch"],
+                "t-stale": ["uncovered_interrupt"],
+            }
 
             # the view closes what the gateway forwarded: the rows leave the open page
             await page.goto(f"{base_url}/inbox")
             await expect(page.locator("#live")).to_have_text("live")
-            await expect(rows).to_have_count(4)
+            await expect(rows).to_have_count(5)
             for key in list(source.items):
-                if not key.startswith(f"{AGENT}\x1ft-bad"):
+                if "t-ok" in key or "t-late" in key:
                     source.close(key, "resolved" if "t-ok" in key else "cancelled")
-            await expect(rows).to_have_count(1, timeout=1000)
-            await expect(rows.first.locator("td.thread")).to_have_text("t-bad")
+            await expect(rows).to_have_count(2, timeout=1000)
+            await expect(rows.locator("td.thread")).to_have_text(["t-bad", "t-stale"])
             assert errors == [], errors
             await context.close()
     finally:

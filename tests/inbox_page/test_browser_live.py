@@ -6,6 +6,7 @@ the real gateway is test_browser_gateway.py, on the broker).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from playwright.async_api import expect
@@ -107,5 +108,11 @@ async def test_rows_live_changes_countdown_and_an_answer_in_chromium(tmp_path):
         ]
         await expect(page.locator("#result .forward")).to_contain_text(run_input["runId"])
         assert errors == [], errors
+        assert len(source.subscribers) >= 1  # the open page follows the changes
         await context.close()
+        # the browser gone, its stream ends and the page stops following the view
+        deadline = time.monotonic() + 10
+        while source.subscribers:
+            assert time.monotonic() < deadline, "a closed page still follows the view"
+            await asyncio.sleep(0.05)
     source.stop()
