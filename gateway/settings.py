@@ -340,6 +340,24 @@ class Settings(BaseSettings):
     ones); a connection accepted beyond it is answered 503 and closed at once. Keep it
     above edge_max_streams, and the process's open-file limit above it."""
 
+    # --- The inbox page (`/inbox`: open interrupts, answered through the gateway) --------
+    inbox_page_reply_topic: str = "agui.inbox-replies"
+    """The inbox page's reply topic: its answers are sent to the agent's requests topic with
+    this as `agui-reply-to`; created when the first answer is sent, if missing."""
+    inbox_page_reply_partitions: int = Field(default=1, ge=1)
+    """Partitions of the inbox page's reply topic when the page creates it."""
+    inbox_page_verdict_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest wait for the gateway's verdict on an answer sent from the page; then the page
+    says none came (the answer is still judged exactly once)."""
+    inbox_page_rows: int = Field(default=200, ge=1, le=500)
+    """Open interrupts the page lists at most (oldest first; the filters narrow them)."""
+    inbox_page_keepalive_s: float = Field(default=15.0, gt=0)
+    """Interval of keep-alive comments on the page's live stream (`GET /inbox/events`)."""
+    inbox_page_summary_refresh_s: float = Field(default=15.0, gt=0)
+    """How often the open page refreshes its per-agent summary and the view's lag."""
+    inbox_page_max_body_bytes: int = Field(default=1_000_000, ge=1)
+    """Largest answer form (or JSON check) the page accepts; beyond it 413."""
+
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod
     def _has_agent(cls, value: str) -> str:

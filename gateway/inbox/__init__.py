@@ -1,0 +1,1 @@
+"""The interrupt inbox: open interrupts of every agent, served and answerable."""
