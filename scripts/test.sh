@@ -25,6 +25,8 @@ fi
 
 # Prometheus and promtool (Debian's package) for the observability tests.
 deploy/prometheus.sh ensure
+# Debian's chromium for the inbox page's browser tests (Playwright drives it).
+deploy/chromium.sh ensure
 
 export KAFKA_PORT="${KAFKA_PORT:-19092}"
 started=0
