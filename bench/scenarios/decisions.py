@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from bench.broker import Admin, end_offsets, produce, reading_from_start
 from bench.config import Context
+from bench.cpu import CpuMeter, per_record_us
 from bench.gatewayrun import (
     Names,
     counter_total,
@@ -35,7 +36,7 @@ from bench.gatewayrun import (
     run_in_process,
 )
 from bench.profiling import Profile
-from bench.report import Figure, best, figure
+from bench.report import Figure, best, figure, median
 from bench.workload import EXPECTED, DecisionWorkload
 from gateway.settings import Settings
 
@@ -115,6 +116,8 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     gateway: list[float] = []
     runs: list[dict[str, Any]] = []
     profile: dict[str, Any] | None = None
+    meter = CpuMeter(ctx.bootstrap)
+    producing = [0.0]  # this process's CPU producing the request stream (not the gateway's)
     reps = list(range(size.repeat)) + (["profile"] if ctx.profile else [])
     for rep in reps:
         names = Names(
@@ -125,6 +128,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
 
         async def produce_requests(names: Names = names) -> dict[TopicPartition, int]:
             """The request stream, produced once the gateway is ready (restore done)."""
+            started = time.process_time()
             await produce(
                 ctx.bootstrap,
                 names.requests,
@@ -133,6 +137,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
                     for r, value in zip(requests, encoded, strict=True)
                 ],
             )
+            producing[0] = time.process_time() - started
             return await end_offsets(ctx.bootstrap, names.requests, size.partitions)
 
         if rep == "profile":
@@ -143,9 +148,11 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             profile = prof.summary()
             ctx.log(f"decisions: profile written to {prof.text_path}")
             continue
+        start_cpu = meter.now()
         result = await run_in_process(
             settings, event_ends, timeout=900, when_ready=produce_requests
         )
+        gateway_cpu = meter.since(start_cpu, less_own_s=producing[0])
         decided = counter_total(result.registry, "agui_gateway_requests")
         if int(decided) != total:
             raise AssertionError(f"gateway decided {decided} of {total} requests")
@@ -158,6 +165,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         out_topic = f"{names.outputs}.baseline-out"
         async with Admin(ctx.bootstrap) as admin:
             await admin.create({out_topic: (size.partitions, {})})
+        start_cpu = meter.now()
         seconds = await raw_decide(
             ctx.bootstrap,
             names.requests,
@@ -167,9 +175,16 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             f"{names.group}-baseline",
             settings,
         )
+        baseline_cpu = meter.since(start_cpu)
         baseline.append(total / seconds)
         runs.append(
             {
+                # CPU per request (issue 25): the gateway's run includes its start and
+                # restore; its broker share includes taking the produced request stream
+                "gateway_cpu_us_per_request": per_record_us(gateway_cpu.own_s, total),
+                "baseline_cpu_us_per_request": per_record_us(baseline_cpu.own_s, total),
+                "gateway_broker_cpu_us_per_request": per_record_us(gateway_cpu.broker_s, total),
+                "baseline_broker_cpu_us_per_request": per_record_us(baseline_cpu.broker_s, total),
                 "gateway_decisions_per_s": round(gateway[-1]),
                 "baseline_decisions_per_s": round(baseline[-1]),
                 "gateway_seconds": round(result.seconds, 3),
@@ -191,6 +206,11 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         )
 
     how = f"best of {size.repeat}" if size.repeat > 1 else "single run"
+    mid = f"median of {size.repeat}" if size.repeat > 1 else "single run"
+
+    def cpu(key: str) -> float:
+        return median([r[key] for r in runs])
+
     figures = [
         figure(
             "decisions.ratio",
@@ -207,6 +227,27 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             best(baseline),
             "requests/s",
             how,
+        ),
+        figure(
+            "decisions.cpu_ratio",
+            "Decisions, CPU per request: consume→transactional produce ÷ gateway",
+            cpu("baseline_cpu_us_per_request") / cpu("gateway_cpu_us_per_request"),
+            "ratio",
+            f"{mid} each, this process's CPU time (the gateway's from its start)",
+        ),
+        figure(
+            "decisions.gateway_broker_cpu_us_per_request",
+            "Decisions, broker CPU per request decided by the gateway",
+            cpu("gateway_broker_cpu_us_per_request"),
+            "µs",
+            f"{mid}, the gateway's whole run, taking the request stream included",
+        ),
+        figure(
+            "decisions.baseline_broker_cpu_us_per_request",
+            "Decisions, broker CPU per request of consume→transactional produce",
+            cpu("baseline_broker_cpu_us_per_request"),
+            "µs",
+            mid,
         ),
     ]
     detail = {

@@ -25,9 +25,10 @@ from aiokafka import TopicPartition
 
 from bench.broker import REPO_ROOT, Admin, end_offsets, produce, reading_from_start
 from bench.config import Context
+from bench.cpu import CpuMeter, per_record_us
 from bench.gatewayrun import Names, counter_total, create_topics, make_settings, run_in_process
 from bench.profiling import Profile
-from bench.report import Figure, best, figure
+from bench.report import Figure, best, figure, median
 from bench.workload import EventShape, EventStream
 from gateway.settings import Settings
 
@@ -153,10 +154,13 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     runs: list[dict[str, Any]] = []
     quix: list[float] = []
     quix_not_run = quix_missing()
+    meter = CpuMeter(ctx.bootstrap)
     for rep in range(size.repeat):
+        start_cpu = meter.now()
         seconds = await raw_consume(
             ctx.bootstrap, names.events, size.partitions, total, base_settings
         )
+        baseline_cpu = meter.since(start_cpu)
         baseline.append(total / seconds)
         rep_names = Names(
             names.inputs, f"{ctx.namespace}-in{rep + 1}", f"{ctx.namespace}-in{rep + 1}-gw"
@@ -164,7 +168,9 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         settings = make_settings(rep_names, ctx.bootstrap)
         async with Admin(ctx.bootstrap) as admin:
             await create_topics(admin, rep_names, settings, size.partitions, inputs=False)
+        start_cpu = meter.now()
         result = await run_in_process(settings, ends, timeout=900)
+        gateway_cpu = meter.since(start_cpu)
         counted = counter_total(result.registry, "agui_gateway_events")
         if int(counted) != total:
             raise AssertionError(f"gateway counted {counted} events, {total} were produced")
@@ -173,6 +179,11 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         runs.append(
             {
                 "baseline_events_per_s": round(baseline[-1]),
+                # CPU per event (issue 25); the gateway's run includes its start
+                "gateway_cpu_us_per_event": per_record_us(gateway_cpu.own_s, total),
+                "baseline_cpu_us_per_event": per_record_us(baseline_cpu.own_s, total),
+                "gateway_broker_cpu_us_per_event": per_record_us(gateway_cpu.broker_s, total),
+                "baseline_broker_cpu_us_per_event": per_record_us(baseline_cpu.broker_s, total),
                 "gateway_events_per_s": round(gateway[-1]),
                 "gateway_seconds": round(result.seconds, 3),
                 "gateway_startup_seconds": round(result.startup_seconds, 3),
@@ -217,6 +228,11 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         ctx.log(f"ingest: profile written to {prof.text_path}")
 
     how = f"best of {size.repeat}" if size.repeat > 1 else "single run"
+    mid = f"median of {size.repeat}" if size.repeat > 1 else "single run"
+
+    def cpu(key: str) -> float:
+        return median([r[key] for r in runs])
+
     figures = [
         figure(
             "ingest.ratio",
@@ -235,6 +251,20 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             best(baseline),
             "events/s",
             how,
+        ),
+        figure(
+            "ingest.cpu_ratio",
+            "Event ingest, CPU per event: raw consumer ÷ gateway",
+            cpu("baseline_cpu_us_per_event") / cpu("gateway_cpu_us_per_event"),
+            "ratio",
+            f"{mid} each, this process's CPU time (the gateway's from its start)",
+        ),
+        figure(
+            "ingest.gateway_broker_cpu_us_per_event",
+            "Event ingest, broker CPU per event the gateway consumed",
+            cpu("gateway_broker_cpu_us_per_event"),
+            "µs",
+            mid,
         ),
     ]
     if quix and not quix_not_run:

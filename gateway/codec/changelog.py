@@ -127,6 +127,29 @@ def encode_held(state: ThreadState) -> bytes:
     return _encode(state, None)
 
 
+def held_from(value: bytes) -> bytes | None:
+    """`encode_held`'s bytes of a state, from the version 4 value `encode` wrote for it:
+    the same array with its first member (the thread id) made nil, without encoding the
+    state again (a store holds every thread a transaction changed so). None when `value`
+    is not laid out as `encode` writes it (then encode the state)."""
+    if len(value) < 3 or value[0] != CURRENT_VERSION or value[1] & 0xF0 != 0x90:
+        return None  # not version 4, or not a fixarray (at most 15 fields)
+    tag = value[2]
+    if 0xA0 <= tag <= 0xBF:  # fixstr
+        end = 3 + (tag & 0x1F)
+    elif tag == 0xD9:  # str 8
+        end = 4 + value[3]
+    elif tag == 0xDA:  # str 16
+        end = 5 + int.from_bytes(value[3:5], "big")
+    elif tag == 0xDB:  # str 32
+        end = 7 + int.from_bytes(value[3:7], "big")
+    else:
+        return None
+    if end > len(value):
+        return None
+    return value[:2] + b"\xc0" + value[end:]
+
+
 def _encode(state: ThreadState, thread_id: str | None) -> bytes:
     fields = [
         thread_id,

@@ -38,6 +38,8 @@ class ThreadStore:
     def __init__(self, thread_of: Callable[[str], str | None] | None = None) -> None:
         self._committed: dict[str, ThreadState | bytes] = {}
         self._pending: dict[str, ThreadState | None] = {}
+        # the changelog values of pending states, as the round encoded them (see `put`)
+        self._values: dict[str, bytes] = {}
         self.thread_of: Callable[[str], str | None] = thread_of or _same
 
     def get(self, thread_id: str) -> ThreadState | None:
@@ -66,27 +68,38 @@ class ThreadStore:
             self._committed[thread_id] = _held(state)
         return state
 
-    def put(self, state: ThreadState, key: str | None = None) -> None:
-        """Store a state under `key` (default: its threadId)."""
-        self._pending[state.thread_id if key is None else key] = state
+    def put(self, state: ThreadState, key: str | None = None, value: bytes | None = None) -> None:
+        """Store a state under `key` (default: its threadId); `value`, when given, is its
+        changelog value (`changelog.encode`), from which the bytes held are cut rather
+        than encoding the state again."""
+        key = state.thread_id if key is None else key
+        self._pending[key] = state
+        if value is not None:
+            self._values[key] = value
+        elif self._values:
+            self._values.pop(key, None)
 
     def delete(self, thread_id: str) -> None:
         self._pending[thread_id] = _DELETED
+        self._values.pop(thread_id, None)
 
     def changes(self) -> dict[str, ThreadState | None]:
         """Threads changed in the open transaction: new state, or None when deleted."""
         return self._pending
 
     def commit(self) -> None:
+        values = self._values
         for thread_id, state in self._pending.items():
             if state is None:
                 self._committed.pop(thread_id, None)
             else:
-                self._committed[thread_id] = _held(state)
+                self._committed[thread_id] = _held(state, values.get(thread_id))
         self._pending = {}
+        self._values = {}
 
     def rollback(self) -> None:
         self._pending = {}
+        self._values = {}
 
     def load(self, value: ThreadState | bytes | None, thread_id: str) -> None:
         """Restore: set a committed state, or its changelog bytes, directly (None deletes)."""
@@ -115,10 +128,14 @@ class ThreadStore:
         return sum(len(s.interrupts) for s in self.committed())
 
 
-def _held(state: ThreadState) -> ThreadState | bytes:
-    """What the store keeps of a committed state."""
+def _held(state: ThreadState, value: bytes | None = None) -> ThreadState | bytes:
+    """What the store keeps of a committed state (`value`: its changelog value, if known)."""
     if state.status is RunStatus.ACTIVE:
         return state
+    if value is not None:
+        held = changelog.held_from(value)
+        if held is not None:
+            return held
     try:
         return changelog.encode_held(state)
     except Exception:  # the round encoded it already; keep it as it is rather than lose it

@@ -427,3 +427,32 @@ def test_a_held_state_leaves_out_its_thread_id_and_reads_back_with_the_key():
     # a restored changelog value of any version reads the same way
     assert changelog.decode_held(changelog.encode(state), state.thread_id) == state
     assert changelog.decode_held(v3_value(state), state.thread_id) == state
+
+
+@pytest.mark.parametrize("id_chars", [1, 31, 32, 255, 256, 70_000])
+def test_held_bytes_cut_from_a_value_are_the_held_encoding(id_chars):
+    # fixstr, str 8, str 16 and str 32 thread ids; full and nearly empty states
+    for state in (
+        replace(full_state(), thread_id="t" * id_chars),
+        ThreadState("é" * id_chars),
+        ThreadState("x" * id_chars, RunStatus.SUCCEEDED, run_id="r"),
+    ):
+        held = changelog.held_from(changelog.encode(state))
+        assert held == changelog.encode_held(state)
+        assert changelog.decode_held(held, state.thread_id) == state
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"",
+        b"\x04",
+        b"\x04\x92",
+        b"\x01\x92\xa1a\x00",
+        b"\x04\xdc\x00\x02\xa1a\x00",
+        b"\x04\x92\x00\x00",
+        b"\x04\x92\xa5ab",
+    ],
+)
+def test_held_bytes_are_not_cut_from_what_encode_does_not_write(value):
+    assert changelog.held_from(value) is None

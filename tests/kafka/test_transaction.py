@@ -36,21 +36,18 @@ class Client:
 
 
 class Producer:
-    """Batches of two records; keyed records go to partition len(key) % 3."""
+    """Batches of two records; keyed records go where Kafka's default partitioner puts
+    them (murmur2 of the key: b"k" to partition 2 of 3, b"kk" to 0)."""
 
     def __init__(self) -> None:
         self.client = Client()
         self.batches: list[tuple[str, int, list[bytes | None]]] = []
 
-    # "out" has partitions 0-2 (by key: len(key) % 3), "log" partition 0 only
+    # "out" has partitions 0-2 (by key), "log" partition 0 only
     _metadata = SimpleNamespace(
         partitions_for_topic=lambda topic: {0, 1, 2} if topic == "out" else {0},
         available_partitions_for_topic=lambda topic: {0, 1, 2} if topic == "out" else {0},
     )
-
-    @staticmethod
-    def _partitioner(key: bytes, every: list[int], available: list[int]) -> int:
-        return every[len(key) % len(every)]
 
     def create_batch(self) -> SmallBatch:
         return SmallBatch(2)
@@ -65,22 +62,22 @@ class Producer:
 async def test_records_go_in_one_batch_per_partition_in_order_full_ones_sent_first() -> None:
     producer = Producer()
     records = [
-        OutRecord("out", b"k", b"1"),  # partition 1 (by key)
-        OutRecord("out", b"kk", b"2"),  # partition 2
+        OutRecord("out", b"k", b"1"),  # partition 2 (by key)
+        OutRecord("out", b"kk", b"2"),  # partition 0
         OutRecord("out", b"k", b"3"),
         OutRecord("log", b"t", b"4", partition=0),  # a partition of its own
-        OutRecord("out", b"k", b"5"),  # partition 1's first batch is full
+        OutRecord("out", b"k", b"5"),  # partition 2's first batch is full
         OutRecord("log", b"t", None, partition=0),  # a tombstone
         OutRecord("log", b"kk", b"6"),  # a topic of one partition: that one
     ]
     delivered = await send_batched(producer, records)  # type: ignore[arg-type]
     assert sorted(producer.client.waited) == ["log", "out"]
     # full batches are sent as the next record of their partition comes
-    assert producer.batches[:2] == [("out", 1, [b"1", b"3"]), ("log", 0, [b"4", None])]
+    assert producer.batches[:2] == [("out", 2, [b"1", b"3"]), ("log", 0, [b"4", None])]
     assert sorted(producer.batches[2:]) == [
         ("log", 0, [b"6"]),
-        ("out", 1, [b"5"]),
-        ("out", 2, [b"2"]),
+        ("out", 0, [b"2"]),
+        ("out", 2, [b"5"]),
     ]
     assert len(delivered) == len(producer.batches) == 5
     assert all(d.done() for d in delivered)

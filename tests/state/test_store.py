@@ -89,3 +89,19 @@ def test_an_older_restored_value_is_decoded_once_then_held_as_version_4():
     assert store.get("a") == state
     assert store._committed["a"] == changelog.encode_held(state)
     assert store.get("a") == state
+
+
+def test_a_state_put_with_its_changelog_value_is_held_as_the_held_encoding():
+    from gateway.codec import changelog
+
+    store = ThreadStore()
+    state = ThreadState(
+        "a", RunStatus.INTERRUPTED, run_id="r", interrupts=(InterruptRecord("x", "r"),)
+    )
+    store.put(state, "a", changelog.encode(state))
+    store.put(ThreadState("b", RunStatus.SUCCEEDED), "b", b"not a changelog value")
+    store.commit()
+    assert store._committed["a"] == changelog.encode_held(state)
+    # a value that cannot be cut: the state is encoded as before
+    assert store._committed["b"] == changelog.encode_held(ThreadState("b", RunStatus.SUCCEEDED))
+    assert store.get("a") == state and store._values == {}

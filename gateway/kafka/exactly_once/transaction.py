@@ -29,6 +29,7 @@ from aiokafka.producer.sender import TxnOffsetCommitHandler
 
 from gateway.codec.records import OutRecord
 from gateway.kafka.wire import clients
+from gateway.kafka.wire.partitioning import Partitioner
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.checkpoint")
@@ -240,7 +241,8 @@ async def send_batched(
     requests/s). Each partition's records keep their order; a full batch is sent and
     the next begun. The delivery futures, one per batch, each to be checked before
     the commit. Records without a partition go where `send` would put them (the
-    producer's partitioner: by key)."""
+    default partitioner's choice: by key, each key hashed once per call, see
+    `gateway.kafka.wire.partitioning`)."""
     # aiokafka internals, as `send` uses them: the topic's metadata, then the partitioner
     # over the topic's partitions (listed once per topic here, not once per record)
     partitions: dict[str, tuple[list[int], list[int]]] = {}
@@ -251,7 +253,7 @@ async def send_batched(
             list(metadata.partitions_for_topic(topic)),
             list(metadata.available_partitions_for_topic(topic)),
         )
-    partitioner = producer._partitioner
+    partitioner = Partitioner()  # the producer's default one, each key hashed once
     filling: dict[tuple[str, int], Any] = {}
     delivered: list[asyncio.Future[object]] = []
     for r in records:

@@ -451,8 +451,8 @@ class PartitionPair:
         for thread_id, state in done.changes.items():
             if state is None:
                 store.delete(thread_id)
-            else:
-                store.put(state, thread_id)
+            else:  # the bytes held are cut from the value the round encoded
+                store.put(state, thread_id, done.value_of(thread_id, state))
         store.commit()
         self.open_interrupts += done.open_delta
         self.thread_count += done.thread_delta

@@ -114,6 +114,11 @@ class Round:
             self.thread_delta += 1
         self.changes[key] = new
 
+    def value_of(self, key: str, state: ThreadState) -> bytes | None:
+        """The changelog value this round encoded for `state` under `key` (None: none)."""
+        cached = self._encoded.get(key)
+        return cached[1] if cached is not None and cached[0] is state else None
+
     def delete(self, old: ThreadState, key: str | None = None) -> None:
         key = old.thread_id if key is None else key
         self.open_delta -= len(old.interrupts)
