@@ -118,8 +118,8 @@ def _parser() -> argparse.ArgumentParser:
         "--shared-partitions",
         type=int,
         default=3,
-        help="partitions of the rejections and warnings topics if created: the shared ones, "
-        "or the agent's (group's) own when those settings are templates (default 3)",
+        help="partitions of the rejections, warnings and audit topics if created: the shared "
+        "ones, or the agent's (group's) own when those settings are templates (default 3)",
     )
     # --- acls (least privilege on a secured Kafka) ---
     acls = commands.add_parser(
@@ -165,9 +165,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     acls.add_argument(
         "--role",
-        choices=("gateway", "bridge"),
+        choices=("gateway", "bridge", "auditor"),
         default="gateway",
-        help="whose ACLs: the gateway's (default) or the bridge's (agui-gateway bridge)",
+        help="whose ACLs: the gateway's (default), the bridge's (agui-gateway bridge) or an "
+        "auditor's (agui-gateway audit: Read on the audit topic)",
     )
     acls.add_argument(
         "--command-config",

@@ -270,7 +270,12 @@ class Preparer:
         topics = slot.pair.topics
         return hanging.written_partitions(
             lambda topic: clients.partitions_for(self.consumer, topic),
-            [topics.run_requests, topics.rejections, topics.warnings],
+            [
+                topics.run_requests,
+                topics.rejections,
+                topics.warnings,
+                *((topics.audit,) if topics.audit is not None else ()),
+            ],
             [TopicPartition(topics.changelog, slot.pair.partition)],
         )
 
