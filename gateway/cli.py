@@ -209,7 +209,9 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument(
         "--unattested", action="store_true", help="only requests no verified identity sent"
     )
-    audit.add_argument("--verdict", choices=("forward", "reject", "duplicate"))
+    audit.add_argument(
+        "--verdict", choices=("forward", "reject", "duplicate"), help="only this verdict"
+    )
     audit.add_argument(
         "--since",
         metavar="TIME",

@@ -331,3 +331,15 @@ def test_keys_find_a_thread_by_agent_and_thread():
     assert audit.key("alpha", "team", "t/1") == b"alpha/t/1"
     assert audit.key(None, "team", "t1") == b"team/t1"
     assert audit.key("bot", "bot", None) == b"bot/"
+
+
+def test_a_forward_rejected_as_too_large_keeps_who_sent_it():
+    from gateway.codec.records import too_large
+
+    who = Identity("ada", ("approvers",))
+    decision = Decision(Verdict.FORWARD, thread_id="t1", run_id="r2", identity=who)
+    rejected = too_large(decision, MAX_RECORD_BYTES + 1)
+    assert rejected.verdict is Verdict.REJECT and rejected.identity == who
+    body = audit.body(record(), rejected, "bot", None, "t1", 0, 0)
+    assert body["identity"]["subject"] == "ada"
+    assert [r["code"] for r in body["reasons"]] == ["input_too_large"]
