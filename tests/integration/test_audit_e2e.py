@@ -148,12 +148,19 @@ async def test_the_payload_is_never_written_only_its_hash(ns, tmp_path) -> None:
         await gw.stop()
 
 
-def identity_record(ns: Namespace, thread: str, who: Identity | None, decided_ms: int) -> bytes:
+def identity_record(
+    ns: Namespace,
+    thread: str,
+    who: Identity | None,
+    decided_ms: int,
+    agent: str = "pay",
+    group: str | None = None,
+) -> bytes:
     """An audit record as the gateway's shaping writes it, for a decision carrying an
     identity (the judge will set it once identities are verified)."""
     record = InRecord(ns.requests("pay"), 0, decided_ms % 1000, decided_ms, 1, thread.encode(), b"")
     decision = Decision(Verdict.FORWARD, thread_id=thread, run_id=f"{thread}-r2", identity=who)
-    body = audit.body(record, decision, "pay", None, thread, decided_ms, decided_ms)
+    body = audit.body(record, decision, agent, group, thread, decided_ms, decided_ms)
     return audit.encode(body)
 
 
@@ -215,6 +222,8 @@ async def test_the_command_filters_real_records_by_agent_thread_approver_and_tim
         ],
         commit=True,
     )
+    grouped = identity_record(ns, "g1", bob, base + 4 * day, agent="alpha", group="team")
+    await write_in_transaction(ns, [("alpha/g1", grouped, base + 4 * day)], commit=True)
     aborted = [("pay/aborted", identity_record(ns, "aborted", ada, base), base)]
     await write_in_transaction(ns, aborted, commit=False)
 
@@ -232,7 +241,12 @@ async def test_the_command_filters_real_records_by_agent_thread_approver_and_tim
     assert lines(out)[0]["identity"]["groups"] == ["approvers", "staff"]
 
     code, out, _ = await run_audit(ns, "--approver-group", "staff", "--output", "json")
-    assert [b["threadId"] for b in lines(out)] == ["p1", "p2", "p4"]
+    assert [b["threadId"] for b in lines(out)] == ["p1", "p2", "p4", "g1"]
+
+    code, out, _ = await run_audit(ns, "--group", "team", "--output", "json")
+    assert [(b["agent"], b["group"], b["threadId"]) for b in lines(out)] == [
+        ("alpha", "team", "g1")
+    ]
 
     code, out, _ = await run_audit(ns, "--agent", "pay", "--unattested", "--output", "json")
     assert [b["threadId"] for b in lines(out)] == ["p3"]
