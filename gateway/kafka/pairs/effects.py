@@ -14,7 +14,14 @@ import functools
 import logging
 from typing import Any
 
-from gateway.codec.records import HEADER_AGENT, HEADER_REPLY_TO, InRecord, OutRecord, dumps
+from gateway.codec.records import (
+    HEADER_AGENT,
+    HEADER_REPLY_TO,
+    NOT_DECODED,
+    InRecord,
+    OutRecord,
+    dumps,
+)
 from gateway.core import Decision, Reason, Rule, ThreadState, Verdict, Warn
 from gateway.core.values.findings import Finding
 from gateway.kafka.pairs import audit, shaping
@@ -171,7 +178,7 @@ class Effects:
         now_ms: int,
         wall_ms: int | None,
         headers: list[tuple[str, bytes]],
-        raw: Any = None,
+        raw: Any = NOT_DECODED,
         state: ThreadState | None = None,
     ) -> None:
         """The decision's audit record, in the decision's round: committed with its
@@ -185,7 +192,7 @@ class Effects:
             thread_id,
             now_ms,
             now_ms if wall_ms is None else wall_ms,
-            audit.NOT_DECODED if raw is None else raw,
+            raw,
             state,
         )
         key = audit.key(named, self.agent, thread_id)
