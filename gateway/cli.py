@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from gateway import __version__
 
@@ -118,8 +119,8 @@ def _parser() -> argparse.ArgumentParser:
         "--shared-partitions",
         type=int,
         default=3,
-        help="partitions of the rejections and warnings topics if created: the shared ones, "
-        "or the agent's (group's) own when those settings are templates (default 3)",
+        help="partitions of the rejections, warnings and audit topics if created: the shared "
+        "ones, or the agent's (group's) own when those settings are templates (default 3)",
     )
     # --- acls (least privilege on a secured Kafka) ---
     acls = commands.add_parser(
@@ -165,9 +166,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     acls.add_argument(
         "--role",
-        choices=("gateway", "bridge"),
+        choices=("gateway", "bridge", "auditor"),
         default="gateway",
-        help="whose ACLs: the gateway's (default) or the bridge's (agui-gateway bridge)",
+        help="whose ACLs: the gateway's (default), the bridge's (agui-gateway bridge) or an "
+        "auditor's (agui-gateway audit: Read on the audit topic)",
     )
     acls.add_argument(
         "--command-config",
@@ -188,6 +190,53 @@ def _parser() -> argparse.ArgumentParser:
         const="remove",
         dest="action",
         help="delete the ACLs through an admin client (the settings name an admin principal)",
+    )
+    # --- audit (the trail read back) ---
+    audit = commands.add_parser(
+        "audit",
+        help="read the audit trail back: who answered which interrupts, and the verdicts",
+        description="Read the audit topic (read_committed) up to its end as of the start, and "
+        "print the records that match every filter given, the newest --limit of them in "
+        "decision order. Exit 0 (matches or none), 2 on a bad option or a Kafka failure.",
+    )
+    audit.add_argument("--agent", help="the agent the requests were for")
+    audit.add_argument("--thread", help="one thread (threadId)")
+    audit.add_argument("--group", help="the agent group whose shared topics carried them")
+    audit.add_argument("--approver", metavar="SUBJECT", help="the verified subject who sent them")
+    audit.add_argument(
+        "--approver-group", metavar="GROUP", help="a group or role the verified sender held"
+    )
+    audit.add_argument(
+        "--unattested", action="store_true", help="only requests no verified identity sent"
+    )
+    audit.add_argument(
+        "--verdict", choices=("forward", "reject", "duplicate"), help="only this verdict"
+    )
+    audit.add_argument(
+        "--since",
+        metavar="TIME",
+        help="decided at or after: ISO 8601 (UTC unless it names an offset) or a duration "
+        "ago (90s, 15m, 2h, 7d)",
+    )
+    audit.add_argument("--until", metavar="TIME", help="decided before: as --since")
+    audit.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="a table (default) or "
+        "JSON Lines, one audit record a line as written (schemas/audit.schema.json)",
+    )
+    audit.add_argument(
+        "--limit",
+        type=int,
+        default=1000,
+        help="print the newest N matching records (default 1000; 0: all)",
+    )
+    audit.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="longest time to read the topic to its end, in seconds (default 300)",
     )
     return parser
 
@@ -303,7 +352,35 @@ def main(argv: list[str] | None = None) -> int:
             args.instance_name,
             args.role,
         )
+    if args.command == "audit":
+        return _audit(settings, args)
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
+
+
+def _audit(settings: Any, args: argparse.Namespace) -> int:
+    import time
+
+    from gateway.commands import audit
+
+    now = time.time()
+    try:
+        since = audit.parse_time(args.since, now) if args.since else None
+        until = audit.parse_time(args.until, now) if args.until else None
+    except audit.Refusal as exc:
+        print(f"agui-gateway audit: {exc}", file=sys.stderr)
+        return 2
+    filters = audit.Filters(
+        agent=args.agent,
+        thread=args.thread,
+        group=args.group,
+        approver=args.approver,
+        approver_group=args.approver_group,
+        unattested=args.unattested,
+        verdict=args.verdict,
+        since_ms=since,
+        until_ms=until,
+    )
+    return audit.main(settings, filters, args.output, args.limit, args.timeout)
 
 
 if __name__ == "__main__":  # pragma: no cover

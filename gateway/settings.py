@@ -141,6 +141,19 @@ class Settings(BaseSettings):
     warnings_topic: str = "agui.warnings"
     """Warnings topic: one for all agents, or with {agent} (at most once) a template, as
     rejections_topic."""
+    audit_topic: str = "agui.audit"
+    """Audit topic: one record per decided request (who answered which interrupts, the
+    verdict, hashes of the payloads, never the payloads), written in the decision's own
+    transaction. One for all agents, or with {agent} (at most once) a template, as
+    rejections_topic, so that an auditor of one team reads only its own."""
+    audit_enabled: bool = True
+    """Write the audit trail. On by default: an approval that leaves no trace cannot be
+    accounted for afterwards. With it on, the audit topic must exist (`topics create`
+    makes it) and the gateway's principal needs Write on it (`acls` lists it)."""
+    audit_retention_days: int = Field(default=400, ge=-1)
+    """How long `topics create` makes the audit topic keep its records (retention.ms),
+    in days; -1 keeps them forever. 400 days holds a whole year for a yearly review.
+    Only applied when the topic is created."""
     agent_name_pattern: str = r"[A-Za-z0-9_-]+"
     """Regular expression an agent's name ({agent}) must match; a group's name too."""
     groups: dict[str, AgentGroup] = {}
@@ -365,14 +378,21 @@ class Settings(BaseSettings):
             raise ValueError(f"a per-agent topic template must contain {_AGENT} exactly once")
         return value
 
-    @field_validator("rejections_topic", "warnings_topic")
+    @field_validator("rejections_topic", "warnings_topic", "audit_topic")
     @classmethod
     def _agent_at_most_once(cls, value: str) -> str:
         if value.count(_AGENT) > 1:
             raise ValueError(
-                f"a rejections or warnings topic contains {_AGENT} at most once: once for "
-                "a topic per agent or group, not at all for one topic shared by all"
+                f"a rejections, warnings or audit topic contains {_AGENT} at most once: once "
+                "for a topic per agent or group, not at all for one topic shared by all"
             )
+        return value
+
+    @field_validator("audit_retention_days")
+    @classmethod
+    def _retention_not_zero(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("a number of days of at least 1, or -1 to keep audit records forever")
         return value
 
     @model_validator(mode="after")
@@ -449,7 +469,7 @@ class Settings(BaseSettings):
     @staticmethod
     def per_owner(template: str) -> bool:
         """Whether a topic setting is a template (one topic per agent or group), not one
-        topic for all: rejections_topic and warnings_topic may be either."""
+        topic for all: rejections_topic, warnings_topic and audit_topic may be either."""
         return _AGENT in template
 
     def topic_regex(self, template: str) -> re.Pattern[str]:

@@ -12,7 +12,7 @@ from jsonschema.exceptions import best_match
 from referencing import Registry, Resource
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
-KINDS = ("rejection", "reply", "warning")
+KINDS = ("rejection", "reply", "warning", "audit")
 
 
 def load(kind: str) -> dict[str, Any]:
@@ -42,6 +42,8 @@ def kind_of(topic: str) -> str | None:
         return "rejection"
     if topic.endswith(".warnings"):
         return "warning"
+    if topic.endswith(".audit"):
+        return "audit"
     if topic.endswith("replies"):
         return "reply"
     return None

@@ -1,17 +1,32 @@
-"""schemas/{rejection,reply,warning}.schema.json: valid, exact about the public codes, and
+"""schemas/{rejection,reply,warning,audit}.schema.json: valid, exact about the public codes, and
 followed by what the gateway writes."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from jsonschema import Draft202012Validator
 
 from gateway.codec import jsonio
 from gateway.core.values.codes import Reason, Rule, Warn
-from tests.kafka.test_pair import BINARY_ID, Feed, answer, interrupted, make_pair, started
+from tests.kafka.test_pair import (
+    BINARY_ID,
+    TOPICS,
+    Feed,
+    answer,
+    interrupted,
+    make_pair,
+    started,
+)
 from tests.record_schemas import KINDS, check, load
 
-PAIR_TOPICS = {"agui.rejections": "rejection", "agui.warnings": "warning", "replies": "reply"}
+PAIR_TOPICS = {
+    "agui.rejections": "rejection",
+    "agui.warnings": "warning",
+    "replies": "reply",
+    "agui.audit": "audit",
+}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -26,6 +41,9 @@ def test_the_schemas_enums_are_the_public_codes():
     assert rejection["$defs"]["reason"]["properties"]["code"]["enum"] == [str(r) for r in Reason]
     assert rejection["$defs"]["warning"]["properties"]["code"]["enum"] == [str(w) for w in Warn]
     assert warning["properties"]["code"]["enum"] == [str(w) for w in Warn]
+    audit = load("audit")
+    assert audit["$defs"]["reason"]["properties"]["code"]["enum"] == [str(r) for r in Reason]
+    assert audit["$defs"]["reason"]["properties"]["rule"]["enum"] == [str(r) for r in Rule]
     for rules in (
         rejection["$defs"]["reason"]["properties"]["rule"],
         rejection["$defs"]["warning"]["properties"]["rule"],
@@ -35,7 +53,7 @@ def test_the_schemas_enums_are_the_public_codes():
 
 
 def test_every_record_of_a_pair_follows_its_schema():
-    pair, _ = make_pair(wait_s=0.0)
+    pair, _ = make_pair(wait_s=0.0, agent_topics=replace(TOPICS, audit="agui.audit"))
     f = Feed()
     reply = [("agui-reply-to", b"replies")]
     pair.take(
@@ -115,9 +133,9 @@ def test_a_record_breaking_its_schema_is_caught():
 
 
 def test_every_record_of_a_groups_pair_follows_its_schema():
-    from tests.kafka.test_group_pair import REPLY, GroupFeed, make_group_pair
+    from tests.kafka.test_group_pair import GROUP, REPLY, GroupFeed, make_group_pair
 
-    pair, _ = make_group_pair()
+    pair, _ = make_group_pair(topics=replace(GROUP, audit="agui.audit"))
     f = GroupFeed()
     pair.take(
         "events",

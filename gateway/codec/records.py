@@ -216,6 +216,7 @@ def too_large(decision: Decision, size: int) -> Decision:
         warnings=decision.warnings,
         thread_id=decision.thread_id,
         run_id=decision.run_id,
+        identity=decision.identity,  # who sent it: the audit trail records it
     )
 
 

@@ -11,6 +11,7 @@ from gateway.kafka.wire import clients
 from gateway.kafka.wire.acls import (
     Acl,
     apply,
+    auditor_acls,
     bridge_acls,
     gateway_acls,
     group_acls,
@@ -53,6 +54,15 @@ def main(
         return 2
     if role == "bridge":
         acls = bridge_acls(settings, agent_pattern, principal)
+    elif role == "auditor":
+        acls = auditor_acls(settings, agent_pattern, principal)
+        if not settings.per_owner(settings.audit_topic):
+            print(
+                f"agui-gateway acls: note: audit_topic {settings.audit_topic!r} is one topic "
+                "for all agents: Read on it reads every agent's trail; with a template "
+                "(agui.{agent}.audit) an auditor can be given one agent's (or group's) only",
+                file=sys.stderr,
+            )
     else:
         acls = gateway_acls(
             settings,
@@ -70,7 +80,7 @@ def main(
                 "name prefix ending in *",
                 file=sys.stderr,
             )
-    for note in overlaps(settings, agent_pattern, role):
+    for note in overlaps(settings, agent_pattern, role) if role != "auditor" else ():
         print(f"agui-gateway acls: note: {note}", file=sys.stderr)
     return _emit(settings, acls, action, command_config, principal)
 
@@ -83,11 +93,13 @@ def _misplaced(
     instance_names: list[str],
 ) -> str | None:
     """Why options given do not fit the role and settings, or None."""
-    if role == "bridge" and (reply_topic_prefixes or create_changelogs or instance_names):
+    if role != "gateway" and (reply_topic_prefixes or create_changelogs or instance_names):
         return (
             "--reply-topic-prefix, --create-changelogs and --instance-name are the gateway's: "
-            "not with --role bridge"
+            f"not with --role {role}"
         )
+    if role == "auditor" and not settings.audit_enabled:
+        return "--role auditor: the settings turn the audit trail off (audit_enabled=false)"
     if instance_names and settings.producer_scope != "instance":
         return (
             "--instance-name names the ids of producer_scope=instance, but the settings say "

@@ -71,7 +71,10 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "it is the time since. No sample before the first.",
         (),
     ),
-    "agent_refused": ("1 for an agent refused (mismatched partitions, changelog).", ("agent",)),
+    "agent_refused": (
+        "1 for an agent refused (mismatched partitions, changelog, missing audit topic).",
+        ("agent",),
+    ),
     "permission_denied": (
         "1 while Kafka refuses the gateway an operation on a resource (a missing ACL); "
         "the pairs concerned wait and retry.",

@@ -41,6 +41,7 @@ def settings_for(ns: Namespace) -> Settings:
         changelog_topic=env["AGUI_GATEWAY_CHANGELOG_TOPIC"],
         rejections_topic=env["AGUI_GATEWAY_REJECTIONS_TOPIC"],
         warnings_topic=env["AGUI_GATEWAY_WARNINGS_TOPIC"],
+        audit_topic=env["AGUI_GATEWAY_AUDIT_TOPIC"],
         discovery_interval_ms=1000,
     )
 

@@ -430,12 +430,12 @@ async def test_topics_create_by_a_principal_without_create_says_so_and_exits_2(
     not a layout it cannot fix; granted Create, the same command creates them."""
     principal = f"User:{GATEWAY_USER}"
     agent_topics = [ns.events(AGENT), ns.requests(AGENT), ns.run_requests(AGENT)]
-    wanted = sorted([*agent_topics, ns.changelog(AGENT), ns.rejections, ns.warnings])
+    wanted = sorted([*agent_topics, ns.changelog(AGENT), ns.rejections, ns.warnings, ns.audit])
     result = await asyncio.to_thread(run_cli, ns.env(), "topics", "create", "--agent", AGENT)
     assert result.returncode == 2, result
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert f"Kafka refuses the principal {principal} the creation of 6 topics" in lines[0]
+    assert f"Kafka refuses the principal {principal} the creation of 7 topics" in lines[0]
     assert "(TOPIC_AUTHORIZATION_FAILED)" in lines[0]
     assert all(topic in lines[0] for topic in wanted)
     assert "cannot fix" not in result.stderr and "mismatch" not in result.stdout
@@ -618,3 +618,47 @@ async def test_an_acl_revoked_while_running_is_reported_handled_and_recovered_fr
     unhandled = [line for line in log.splitlines() if any(n in line for n in UNHANDLED)]
     assert unhandled == []
     assert_no_secret(ns, log, body)
+
+
+async def test_an_auditor_with_exactly_its_acls_reads_the_trail_and_nothing_more(
+    ns: SecureNamespace, tmp_path: Path
+) -> None:
+    """The gateway, with exactly its ACLs, writes an audit record per decision; a
+    principal given exactly `acls --role auditor` reads them with `agui-gateway audit`
+    (no group), and, before it is granted, is told which ACL it lacks."""
+    await setup_agent(ns)
+    sec = ns.security()
+    gw = await GatewayProcess(ns, tmp_path).start()
+    try:
+        await judged_once_each(ns, sec, "t-audit")
+    finally:
+        assert await gw.stop() == 0
+    auditor = ns.as_user("agui-client")
+    args = ("audit", "--agent", AGENT, "--output", "json")
+    refused = await asyncio.to_thread(run_cli, auditor.env(), *args)
+    assert refused.returncode == 2, refused
+    assert f"audit topic {ns.audit} does not exist, or this principal may not" in refused.stderr
+    assert "acls --role auditor" in refused.stderr
+    granted = await asyncio.to_thread(
+        run_cli,
+        ns.as_user("admin").env(),
+        "acls",
+        "--agent-pattern",
+        AGENT,
+        "--principal",
+        "User:agui-client",
+        "--role",
+        "auditor",
+        "--apply",
+    )
+    assert granted.returncode == 0, granted.stderr
+    assert "created 1 ACLs for User:agui-client" in granted.stdout
+    result = await asyncio.to_thread(run_cli, auditor.env(), *args)
+    assert result.returncode == 0, result.stderr
+    found = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted((r["verdict"], r["correlationId"]) for r in found) == [
+        ("forward", "c-good"),
+        ("reject", "c-bad"),
+    ]
+    assert all(r["attestation"] == "unattested" for r in found)
+    assert_no_secret(ns, result.stdout, result.stderr, refused.stderr)

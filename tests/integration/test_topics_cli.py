@@ -26,7 +26,7 @@ async def test_create_is_idempotent_and_reports_what_it_cannot_fix(kafka_bootstr
     ns = Namespace(kafka_bootstrap)
     code, out, _ = await run(ns, "--agent", "alpha", "--partitions", "2")
     assert code == 0
-    assert sorted(line.split()[0] for line in out.splitlines()) == ["created"] * 6
+    assert sorted(line.split()[0] for line in out.splitlines()) == ["created"] * 7
     code, out, _ = await run(ns, "--agent", "alpha", "--partitions", "2")
     assert code == 0 and {line.split()[0] for line in out.splitlines()} == {"exists"}
 
@@ -77,6 +77,7 @@ async def test_a_groups_topics_are_made_with_the_groups_partitions(kafka_bootstr
         ns.changelog("team"): "created",
         ns.rejections: "created",
         ns.warnings: "created",
+        ns.audit: "created",
     }  # the group's four topics: none of its agents'
     partitions = await _partitions(ns, [ns.events("team"), ns.changelog("team")])
     assert partitions == {ns.events("team"): 2, ns.changelog("team"): 2}
@@ -98,3 +99,60 @@ async def _partitions(ns: Namespace, topics: list[str]) -> dict[str, int]:
         return {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(topics)}
     finally:
         await admin.close()
+
+
+async def test_the_audit_topic_keeps_its_records_long_and_is_never_compacted(
+    kafka_bootstrap, kafka_admin, create_topics
+):
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    ns = Namespace(kafka_bootstrap)
+    code, out, err = await run(ns, "--agent", "alpha", "--partitions", "1")
+    assert code == 0, err
+    assert f"created  {ns.audit}" in out
+    (response,) = await kafka_admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, ns.audit)]
+    )
+    (resource,) = response.to_object()["resources"]
+    configs = {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
+    assert configs["retention.ms"] == str(400 * 24 * 3600 * 1000)
+    assert configs["cleanup.policy"] == "delete"
+
+    forever = Namespace(kafka_bootstrap)
+    proc = await asyncio.create_subprocess_exec(
+        str(GATEWAY_BIN),
+        "topics",
+        "create",
+        "--agent",
+        "alpha",
+        env=forever.env(audit_retention_days=-1),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0
+    (response,) = await kafka_admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, forever.audit)]
+    )
+    (resource,) = response.to_object()["resources"]
+    configs = {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
+    assert configs["retention.ms"] == "-1"
+
+    compacted = Namespace(kafka_bootstrap)  # a compacted trail would keep one record a key
+    await create_topics([compacted.audit], partitions=3, configs={"cleanup.policy": "compact"})
+    code, out, _ = await run(compacted, "--agent", "alpha", "--partitions", "1")
+    assert code == 1 and "cleanup.policy is compact, expected delete" in out
+
+    off = Namespace(kafka_bootstrap)
+    proc = await asyncio.create_subprocess_exec(
+        str(GATEWAY_BIN),
+        "topics",
+        "create",
+        "--agent",
+        "alpha",
+        env=off.env(audit_enabled="false"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out_bytes, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0 and off.audit not in out_bytes.decode()

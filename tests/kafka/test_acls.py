@@ -10,6 +10,7 @@ from gateway import cli
 from gateway.kafka.wire import txnids
 from gateway.kafka.wire.acls import (
     Acl,
+    auditor_acls,
     bridge_acls,
     gateway_acls,
     group_acls,
@@ -32,11 +33,12 @@ def test_one_agent_gets_literal_topic_acls_and_nothing_else() -> None:
         Acl("topic", "agui.support.gateway-changelog", "literal", "DescribeConfigs", P),
         Acl("topic", "agui.rejections", "literal", "Write", P),
         Acl("topic", "agui.warnings", "literal", "Write", P),
+        Acl("topic", "agui.audit", "literal", "Write", P),
         Acl("topic", "agui.replies.", "prefixed", "Write", P),
         Acl("group", "agui-gateway", "literal", "Read", P),
         Acl("transactional-id", "agui-gateway.support.", "prefixed", "Write", P),
     }
-    assert len(acls) == 11  # no duplicates
+    assert len(acls) == 12  # no duplicates
     assert overlaps(Settings(), "support") == []
 
 
@@ -106,7 +108,7 @@ def test_commands_group_operations_per_resource() -> None:
     ]
     txn = next(p for p in parsed if "--transactional-id" in p)
     assert txn[-2:] == ["--resource-pattern-type", "prefixed"]
-    assert len(lines) == 8  # one per resource
+    assert len(lines) == 9  # one per resource
 
 
 @pytest.mark.parametrize("pattern", ["a*b", "**", "bad name"])
@@ -140,6 +142,7 @@ def test_a_groups_acls_are_those_of_its_shared_topics_and_say_who_may_speak(
         ("agui.team.gateway-changelog", "DescribeConfigs"),
         ("agui.rejections", "Write"),
         ("agui.warnings", "Write"),
+        ("agui.audit", "Write"),
     }
     assert all(a.pattern == "literal" for a in acls if a.resource_type == "topic")
     assert not any("agui.a." in a.name or "agui.b." in a.name for a in acls)  # no agent's own
@@ -312,3 +315,47 @@ def test_options_that_do_not_fit_are_refused(args, scope, error, capsys, monkeyp
     monkeypatch.setenv("AGUI_GATEWAY_PRODUCER_SCOPE", scope)
     assert cli.main(["acls", "--agent-pattern", "support", "--principal", P, *args]) == 2
     assert error in capsys.readouterr().err
+
+
+# --- the audit trail's ACLs ---
+
+
+def test_the_audit_topic_is_written_by_the_gateway_only_while_the_trail_is_on() -> None:
+    on = gateway_acls(Settings(), "support", P)
+    off = gateway_acls(Settings(audit_enabled=False), "support", P)
+    assert set(on) - set(off) == {Acl("topic", "agui.audit", "literal", "Write", P)}
+    own = gateway_acls(Settings(audit_topic="agui.{agent}.audit"), "support", P)
+    assert Acl("topic", "agui.support.audit", "literal", "Write", P) in own
+    assert not any(a.name == "agui.audit" for a in own)
+    assert overlaps(Settings(audit_topic="agui.{agent}.audit"), "sup*")[-1].startswith(
+        "the audit ACLs on topic prefix agui.sup also cover"
+    )
+
+
+def test_an_auditor_reads_the_audit_topic_and_nothing_else(capsys) -> None:
+    assert auditor_acls(Settings(), "support", "User:audit") == [
+        Acl("topic", "agui.audit", "literal", "Read", "User:audit")
+    ]
+    own = Settings(audit_topic="agui.{agent}.audit")
+    assert auditor_acls(own, "sup*", "User:audit") == [
+        Acl("topic", "agui.sup", "prefixed", "Read", "User:audit")
+    ]
+    assert auditor_acls(own, "support", "User:audit") == [
+        Acl("topic", "agui.support.audit", "literal", "Read", "User:audit")
+    ]
+    args = ["acls", "--agent-pattern", "support", "--principal", "User:audit", "--role", "auditor"]
+    assert cli.main(args) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == kafka_acls_commands(
+        auditor_acls(Settings(), "support", "User:audit"), "127.0.0.1:9092", "admin.properties"
+    )
+    assert "reads every agent's trail" in captured.err
+    assert cli.main([*args, "--create-changelogs"]) == 2
+    assert "not with --role auditor" in capsys.readouterr().err
+
+
+def test_no_auditor_acls_while_the_trail_is_off(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("AGUI_GATEWAY_AUDIT_ENABLED", "false")
+    args = ["acls", "--agent-pattern", "support", "--principal", "User:audit", "--role", "auditor"]
+    assert cli.main(args) == 2
+    assert "audit_enabled=false" in capsys.readouterr().err

@@ -41,7 +41,9 @@ REPLY = ("agui-reply-to", b"replies")
 
 
 def make_group_pair(
-    retention: Retention | None = None, settings: Settings = SETTINGS
+    retention: Retention | None = None,
+    settings: Settings = SETTINGS,
+    topics: AgentTopics = GROUP,
 ) -> tuple[PartitionPair, CollectorRegistry]:
     registry = CollectorRegistry()
     ctx = PairContext(
@@ -52,7 +54,7 @@ def make_group_pair(
         WarningLimiter(5, 60_000),
         {"replies"}.__contains__,
     )
-    return PartitionPair(GROUP, 0, ctx, GroupTopics("team", settings)), registry
+    return PartitionPair(topics, 0, ctx, GroupTopics("team", settings)), registry
 
 
 class GroupFeed:

@@ -26,7 +26,9 @@ __all__ = ["gw"]  # the fixture, used by name
 
 
 async def test_one_round_of_a_group_decides_many_agents_in_one_transaction(gw: Any) -> None:
-    gw.settings = Settings(revoke_timeout_s=0.05, groups={"team": {"agent_pattern": "w-.*"}})
+    gw.settings = Settings(
+        revoke_timeout_s=0.05, audit_enabled=False, groups={"team": {"agent_pattern": "w-.*"}}
+    )
     ev, rq = tps("team")
     await assign(gw, ev, rq)
     slot = gw.assignment.slots[("team", 0)]

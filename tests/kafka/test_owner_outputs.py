@@ -26,6 +26,7 @@ P = "User:agui-gateway"
 PER_OWNER = {
     "rejections_topic": "agui.{agent}.rejections",
     "warnings_topic": "agui.{agent}.warnings",
+    "audit_topic": "agui.{agent}.audit",
     "groups": {"payments": {"agents": ["refunds", "payouts"]}},
 }
 
@@ -39,7 +40,7 @@ def test_a_template_names_each_owners_topics_and_a_plain_name_one_for_all() -> N
     assert (shared.rejections, shared.warnings) == ("agui.rejections", "agui.warnings")
 
 
-@pytest.mark.parametrize("setting", ["rejections_topic", "warnings_topic"])
+@pytest.mark.parametrize("setting", ["rejections_topic", "warnings_topic", "audit_topic"])
 def test_a_template_names_the_agent_at_most_once(setting: str) -> None:
     with pytest.raises(ValidationError, match="at most once"):
         Settings(**{setting: "agui.{agent}.{agent}.out"})  # type: ignore[arg-type]
@@ -51,7 +52,8 @@ def test_topics_create_makes_the_owners_outputs_with_the_shared_ones_layout() ->
     layout = agent_topic_layout(settings, "payments", 6, 3)
     assert layout["agui.payments.rejections"] == (3, {})
     assert layout["agui.payments.warnings"] == (3, {})
-    assert "agui.rejections" not in layout and len(layout) == 6
+    assert layout["agui.payments.audit"][0] == 3
+    assert "agui.rejections" not in layout and "agui.audit" not in layout and len(layout) == 7
     assert agent_topic_layout(Settings(), "payments", 6, 3)["agui.rejections"] == (3, {})
 
 
@@ -87,7 +89,7 @@ def test_a_pair_rejects_and_warns_on_its_owners_topics() -> None:
     pair.set_fence(0)
     pair.process(0, 0, 0)
     by_topic = {r.topic: orjson.loads(r.value) for r in pair.round.out}
-    assert set(by_topic) == {"agui.bot.rejections", "agui.bot.warnings"}
+    assert set(by_topic) == {"agui.bot.rejections", "agui.bot.warnings", "agui.bot.audit"}
     assert by_topic["agui.bot.rejections"]["reasons"][0]["code"] == "malformed_input"
     assert by_topic["agui.bot.warnings"]["code"] == "reply_topic_unknown"
 
@@ -98,7 +100,9 @@ def test_a_pairs_transactions_cover_its_owners_outputs_not_a_shared_one() -> Non
         "agui.bot.run-requests": {0},
         "agui.bot.rejections": {0, 1},
         "agui.bot.warnings": {0},
+        "agui.bot.audit": {0, 1, 2},
         "agui.rejections": {0},
+        "agui.audit": {0},
     }
     consumer: Any = SimpleNamespace(
         _client=SimpleNamespace(cluster=SimpleNamespace(partitions_for_topic=counts.get))
@@ -112,6 +116,9 @@ def test_a_pairs_transactions_cover_its_owners_outputs_not_a_shared_one() -> Non
         TopicPartition("agui.bot.rejections", 0),
         TopicPartition("agui.bot.rejections", 1),
         TopicPartition("agui.bot.warnings", 0),
+        TopicPartition("agui.bot.audit", 0),
+        TopicPartition("agui.bot.audit", 1),
+        TopicPartition("agui.bot.audit", 2),
     }
 
 

@@ -32,6 +32,7 @@ def make_pair(
     wait_s: float = 5.0,
     topics: set[str] | None = None,
     retention: Retention | None = None,
+    agent_topics: AgentTopics = TOPICS,
 ) -> tuple[PartitionPair, CollectorRegistry]:
     registry = CollectorRegistry()
     known = topics if topics is not None else {"replies"}
@@ -43,7 +44,7 @@ def make_pair(
         WarningLimiter(5, 60_000),
         known.__contains__,
     )
-    pair = PartitionPair(TOPICS, 0, ctx)
+    pair = PartitionPair(agent_topics, 0, ctx)
     return pair, registry
 
 

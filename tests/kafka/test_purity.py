@@ -14,7 +14,7 @@ import pytest
 import gateway.kafka
 
 KAFKA_DIR = Path(gateway.kafka.__file__).parent
-PURE = ("shaping", "round", "decide", "merge", "pacing")
+PURE = ("shaping", "round", "decide", "merge", "pacing", "audit")
 
 FORBIDDEN = {
     "aiokafka": "Kafka belongs to the checkpoint and the clients module",

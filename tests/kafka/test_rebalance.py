@@ -170,6 +170,7 @@ async def test_the_agents_of_an_assignment_share_one_changelog_look_up() -> None
     policies["agui.beta.gateway-changelog"] = "delete"
     admin = Admin(policies)
     topics = {f"agui.{a}.{side}" for a in agents for side in ("events", "requests")}
+    topics.add("agui.audit")
     cluster = SimpleNamespace(partitions_for_topic=lambda t: {0, 1} if t in topics else None)
     consumer: Any = SimpleNamespace(_client=SimpleNamespace(cluster=cluster))
     preparer = Preparer(TopicNames(Settings()), None, consumer, admin, None, None)  # type: ignore[arg-type]
@@ -296,3 +297,21 @@ async def test_every_partition_read_in_the_batch_is_placed_at_once(gw, monkeypat
     assert set(sought[: len(committed)]) == set(committed.items())
     assert all(gw.consumer.positions[tp] == 7 for tp in committed)
     assert all(s.ready for s in gw.assignment.slots.values())
+
+
+async def test_an_agent_is_refused_while_its_audit_topic_is_missing_with_the_trail_on() -> None:
+    """Its decisions could not be written: refused with what to do, before its changelog
+    is even looked up; with the trail off the same agent is served."""
+    admin = Admin({"agui.alpha.gateway-changelog": "compact"})
+    topics = {"agui.alpha.events", "agui.alpha.requests"}
+    cluster = SimpleNamespace(partitions_for_topic=lambda t: {0, 1} if t in topics else None)
+    consumer: Any = SimpleNamespace(_client=SimpleNamespace(cluster=cluster))
+    on = Preparer(TopicNames(Settings()), None, consumer, admin, None, None)  # type: ignore[arg-type]
+    why = await on.check_agent("alpha")
+    assert why is not None and why.startswith("audit topic agui.audit does not exist")
+    assert "agui-gateway topics create" in why and "audit_enabled=false" in why
+    assert admin.described == []
+    off = Preparer(TopicNames(Settings(audit_enabled=False)), None, consumer, admin, None, None)  # type: ignore[arg-type]
+    assert await off.check_agent("alpha") is None
+    topics.add("agui.audit")
+    assert await on.check_agent("alpha") is None

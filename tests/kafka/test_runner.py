@@ -351,7 +351,12 @@ def gw(monkeypatch):
     """A running gateway on fake clients; agent checks pass and restores read an empty log."""
     monkeypatch.setattr(assignment_module, "RETRY_S", 0.0)
     g = Gateway(
-        Settings(revoke_timeout_s=0.05), Metrics(CollectorRegistry()), wall_clock=lambda: 1000.0
+        # the audit trail off: its records are tests/kafka/test_audit.py's and the broker
+        # tests' (tests/integration/test_audit_e2e.py); here they would add a topic to
+        # every assertion on what a round wrote
+        Settings(revoke_timeout_s=0.05, audit_enabled=False),
+        Metrics(CollectorRegistry()),
+        wall_clock=lambda: 1000.0,
     )
     consumer = FakeConsumer()
     producers = Producers(consumer)
@@ -490,13 +495,14 @@ def test_own_topics_follow_the_configured_templates():
         changelog_topic="state.{agent}",
         rejections_topic="no",
         warnings_topic="hm",
+        audit_topic="trail",
         agent_name_pattern="[a-z]+",
     )
     g = Gateway(s, Metrics(CollectorRegistry()))
     consumer = FakeConsumer()
-    consumer.topics = {"in-x", "ask-x", "x.runs", "state.x", "no", "hm", "agui.x.events"}
+    consumer.topics = {"in-x", "ask-x", "x.runs", "state.x", "no", "hm", "trail", "agui.x.events"}
     g.reply_topics.consumer = consumer
-    for topic in ("in-x", "ask-x", "x.runs", "state.x", "no", "hm"):
+    for topic in ("in-x", "ask-x", "x.runs", "state.x", "no", "hm", "trail"):
         assert not g.reply_topics.allowed(topic)
     assert g.reply_topics.allowed("agui.x.events")  # the default template is not in use
 

@@ -28,7 +28,7 @@ from tests.integration.support import (
 from tests.packaging.conftest import Installed
 
 # agui-gateway subcommands an installed wheel must offer.
-COMMANDS = ["run", "check", "topics", "demo", "bridge", "edge", "acls"]
+COMMANDS = ["run", "check", "topics", "demo", "bridge", "edge", "acls", "audit"]
 AGENT = "pkg"
 
 

@@ -270,12 +270,18 @@ class Preparer:
         topics = slot.pair.topics
         return hanging.written_partitions(
             lambda topic: clients.partitions_for(self.consumer, topic),
-            [topics.run_requests, topics.rejections, topics.warnings],
+            [
+                topics.run_requests,
+                topics.rejections,
+                topics.warnings,
+                *((topics.audit,) if topics.audit is not None else ()),
+            ],
             [TopicPartition(topics.changelog, slot.pair.partition)],
         )
 
     async def check_agent(self, agent: str) -> str | None:
-        """Why an agent must be refused, or None: co-partitioning and its changelog."""
+        """Why an agent must be refused, or None: co-partitioning, its audit topic (with
+        the trail on, its decisions cannot be written without it) and its changelog."""
         topics = self.names.for_agent(agent)
         events = clients.partitions_for(self.consumer, topics.events)
         requests = clients.partitions_for(self.consumer, topics.requests)
@@ -283,6 +289,13 @@ class Preparer:
             return (
                 f"{topics.events} has {len(events)} partitions but {topics.requests} has "
                 f"{len(requests)}; co-partitioned topics must have the same count. Agent refused"
+            )
+        if topics.audit is not None and not clients.partitions_for(self.consumer, topics.audit):
+            return (
+                f"audit topic {topics.audit} does not exist (or this principal may not "
+                "describe it): the audit trail is on (audit_enabled), so no decision can be "
+                "written without it. Create it with `agui-gateway topics create` (then "
+                "restart the gateway), or set audit_enabled=false. Agent refused"
             )
         await self._check_readable(
             [t for t, found in ((topics.events, events), (topics.requests, requests)) if not found]

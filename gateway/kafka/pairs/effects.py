@@ -14,10 +14,17 @@ import functools
 import logging
 from typing import Any
 
-from gateway.codec.records import HEADER_AGENT, HEADER_REPLY_TO, InRecord, OutRecord, dumps
-from gateway.core import Decision, Reason, Rule, Verdict, Warn
+from gateway.codec.records import (
+    HEADER_AGENT,
+    HEADER_REPLY_TO,
+    NOT_DECODED,
+    InRecord,
+    OutRecord,
+    dumps,
+)
+from gateway.core import Decision, Reason, Rule, ThreadState, Verdict, Warn
 from gateway.core.values.findings import Finding
-from gateway.kafka.pairs import shaping
+from gateway.kafka.pairs import audit, shaping
 from gateway.kafka.pairs.round import Round
 from gateway.kafka.wire.topics import LEGAL_TOPIC, AgentTopics
 from gateway.observe.metrics import Metrics, reason_label
@@ -61,12 +68,25 @@ class Effects:
         now_ms: int,
         exc: Exception,
         agent: str | None = None,
+        wall_ms: int | None = None,
     ) -> None:
         """The rejection of a request the gateway failed on (a defect)."""
         named = agent if self.group is not None else self.agent
         body = shaping.internal_error_body(record, named, thread_id, now_ms, exc, self.group)
         key, headers = shaping.output_key(record, thread_id), self._headers(record, named)
         r.out.append(OutRecord(self.topics.rejections, key, body, headers))
+        if self.topics.audit is not None:
+            failed = Decision(
+                Verdict.REJECT,
+                reasons=(
+                    Finding(
+                        str(Reason.INTERNAL_ERROR),
+                        f"the gateway failed to judge this request ({type(exc).__name__})",
+                    ),
+                ),
+                thread_id=thread_id,
+            )
+            self._audit(r, record, failed, named, thread_id, now_ms, wall_ms, headers)
         reply_to = record.header(HEADER_REPLY_TO)
         if reply_to and LEGAL_TOPIC.match(reply_to) and self.ctx.topic_exists(reply_to):
             r.out.append(OutRecord(reply_to, key, body, headers))
@@ -85,9 +105,13 @@ class Effects:
         forward: bytes | None,
         raw: Any,
         named: str | None = None,
+        state: ThreadState | None = None,
+        wall_ms: int | None = None,
     ) -> None:
         """A decision's outputs. `raw` is the request's JSON (NOT_DECODED if unread);
-        `named` the agent the request is for (on a group's topics; None: not usable)."""
+        `named` the agent the request is for (on a group's topics; None: not usable);
+        `state` the thread's state it was judged against; `wall_ms` the gateway's clock
+        (the audit record's decision time; `now_ms` when not given)."""
         m, agent, out = self.metrics, self.agent, r.out
         if self.group is None:
             named = agent
@@ -121,6 +145,8 @@ class Effects:
                 counter = _REASON_COUNTERS.get(reason.code)
                 if counter is not None:
                     r.deferred.append(getattr(m, counter).labels(agent).inc)
+        if self.topics.audit is not None:
+            self._audit(r, record, decision, named, thread_id, now_ms, wall_ms, headers, raw, state)
         if not reply_to:
             return
         if LEGAL_TOPIC.match(reply_to) and self.ctx.topic_exists(reply_to):
@@ -141,6 +167,36 @@ class Effects:
             decision.run_id,
             named,
         )
+
+    def _audit(
+        self,
+        r: Round,
+        record: InRecord,
+        decision: Decision,
+        named: str | None,
+        thread_id: str | None,
+        now_ms: int,
+        wall_ms: int | None,
+        headers: list[tuple[str, bytes]],
+        raw: Any = NOT_DECODED,
+        state: ThreadState | None = None,
+    ) -> None:
+        """The decision's audit record, in the decision's round: committed with its
+        forward or rejection, or (the round aborted) not at all."""
+        assert self.topics.audit is not None
+        body = audit.body(
+            record,
+            decision,
+            named,
+            self.group,
+            thread_id,
+            now_ms,
+            now_ms if wall_ms is None else wall_ms,
+            raw,
+            state,
+        )
+        key = audit.key(named, self.agent, thread_id)
+        r.out.append(OutRecord(self.topics.audit, key, audit.encode(body), list(headers)))
 
     def violation(
         self,

@@ -276,19 +276,19 @@ class PartitionPair:
         thread_id = shaping.thread_of(record)
         agent = self.layout.identify(record)
         if isinstance(agent, Unusable):
-            self._reject_unusable(record, agent, thread_id, now_ms)
+            self._reject_unusable(record, agent, thread_id, now_ms, wall_ms)
             return
         exc = self._guarded(
-            lambda: self._judge_one(record, agent, thread_id, now_ms),
+            lambda: self._judge_one(record, agent, thread_id, now_ms, wall_ms),
             "internal error judging a request; rejected as internal_error",
             record,
             thread_id,
         )
         if exc is not None:
-            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent)
+            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent, wall_ms)
 
     def _reject_unusable(
-        self, record: InRecord, why: Unusable, thread_id: str | None, now_ms: int
+        self, record: InRecord, why: Unusable, thread_id: str | None, now_ms: int, wall_ms: int
     ) -> None:
         """Reject a request whose agent is not usable: never judged, nothing remembered;
         the rejections topic and its reply topic get the verdict (naming no agent)."""
@@ -306,11 +306,12 @@ class PartitionPair:
                 None,
                 NOT_DECODED,
                 self.agent if own else None,
+                wall_ms=wall_ms,
             )
 
         exc = self._guarded(reject, "internal error rejecting a request", record, thread_id)
         if exc is not None:
-            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, None)
+            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, None, wall_ms)
 
     def _lagging(self, record: InRecord, wall_ms: int, waited: float) -> None:
         """Reject a request whose events side lagged past `merge_max_wait_ms` (retryable)."""
@@ -319,7 +320,7 @@ class PartitionPair:
         thread_id = shaping.thread_of(record)
         agent = self.layout.identify(record)
         if isinstance(agent, Unusable):  # never judged either way: its own code says why
-            self._reject_unusable(record, agent, thread_id, now_ms)
+            self._reject_unusable(record, agent, thread_id, now_ms, wall_ms)
             return
         log.warning(
             "events side lagging past merge_max_wait_ms; request rejected as events_lagging",
@@ -330,15 +331,25 @@ class PartitionPair:
         def reject() -> None:
             self.round.decided.append(record.received)
             self.effects.decision(
-                self.round, record, decision, thread_id, now_ms, None, NOT_DECODED, agent
+                self.round,
+                record,
+                decision,
+                thread_id,
+                now_ms,
+                None,
+                NOT_DECODED,
+                agent,
+                wall_ms=wall_ms,
             )
 
         exc = self._guarded(reject, "internal error rejecting a request", record, thread_id)
         if exc is not None:
-            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent)
+            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent, wall_ms)
         self.defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
 
-    def _judge_one(self, record: InRecord, agent: str, thread_id: str | None, now_ms: int) -> None:
+    def _judge_one(
+        self, record: InRecord, agent: str, thread_id: str | None, now_ms: int, wall_ms: int
+    ) -> None:
         key = self.layout.key
 
         def state_of(thread: str) -> ThreadState | None:
@@ -355,6 +366,8 @@ class PartitionPair:
             found.forward,
             found.raw,
             agent,
+            found.state,
+            wall_ms,
         )
         if found.new is not None and found.new is not found.state:
             assert thread_id is not None  # a state is only ever found for a thread

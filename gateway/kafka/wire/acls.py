@@ -4,8 +4,9 @@ What the gateway does on Kafka, and the permission each needs (WRITE implies
 DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
 
 - consume an agent's events and requests topics: Topic READ
-- forward, reject, warn: Topic WRITE on run-requests, rejections, warnings (the
-  agents' own rejections and warnings topics when those settings are templates)
+- forward, reject, warn, audit: Topic WRITE on run-requests, rejections, warnings
+  and (with `audit_enabled`) the audit topic (the agents' own rejections, warnings
+  and audit topics when those settings are templates)
 - keep and restore thread state: Topic READ, WRITE on the changelog, and
   DESCRIBE_CONFIGS to check it is compacted (CREATE only if the gateway is to
   create changelogs itself; `topics create` makes them)
@@ -18,6 +19,9 @@ DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
   (prefixed `<group_id>.<agent>.`) per pair, or `<group_id>.instance.<instance_name>`
   and its `.1` ... `.<instance_producers - 1>` per instance (literal, for each
   instance named; prefixed for a name prefix `gw-*`).
+
+An auditor (`agui-gateway audit`, `auditor_acls`) reads the audit topic: Topic READ
+on it, without a consumer group (it assigns the partitions itself).
 
 The bridge (`agui-gateway bridge`, `bridge_acls`) reads run-requests, writes
 events and its run markers (a topic it creates and checks is compacted), in its
@@ -146,15 +150,36 @@ def gateway_acls(
 
 
 def _outputs(settings: Settings, topic: Callable[..., list[Acl]], principal: str) -> list[Acl]:
-    """Write on the rejections and warnings topics: the one for all, or (a template) the
-    agents' own, as their other topics."""
+    """Write on the rejections, warnings and (with audit_enabled) audit topics: the one for
+    all, or (a template) the agents' own, as their other topics."""
+    names = [settings.rejections_topic, settings.warnings_topic]
+    if settings.audit_enabled:
+        names.append(settings.audit_topic)
     acls: list[Acl] = []
-    for name in (settings.rejections_topic, settings.warnings_topic):
-        if settings.per_owner(name):
-            acls += topic(name, "Write")
-        else:
-            acls.append(Acl("topic", name, "literal", "Write", principal))
+    for name in names:
+        acls += _shared_or_own(settings, topic, principal, name, "Write")
     return acls
+
+
+def _shared_or_own(
+    settings: Settings,
+    topic: Callable[..., list[Acl]],
+    principal: str,
+    name: str,
+    operation: str,
+) -> list[Acl]:
+    """`operation` on a topic setting that is either one topic for all or a template."""
+    if settings.per_owner(name):
+        return topic(name, operation)
+    return [Acl("topic", name, "literal", operation, principal)]
+
+
+def auditor_acls(settings: Settings, agent_pattern: str, principal: str) -> list[Acl]:
+    """An auditor's ACLs (`agui-gateway audit`): Read on the audit topic of the agents
+    `agent_pattern` names. With one audit topic for all agents that is every agent's
+    trail; with a template (`agui.{agent}.audit`) the named agents' (or groups') only."""
+    topic = _agent_topics(settings, agent_pattern, principal)
+    return _sorted(_shared_or_own(settings, topic, principal, settings.audit_topic, "Read"))
 
 
 def bridge_acls(settings: Settings, agent_pattern: str, principal: str) -> list[Acl]:
@@ -207,6 +232,7 @@ def overlaps(settings: Settings, agent_pattern: str, role: str = "gateway") -> l
                 for kind, template in (
                     ("rejections", settings.rejections_topic),
                     ("warnings", settings.warnings_topic),
+                    *((("audit", settings.audit_topic),) if settings.audit_enabled else ()),
                 )
                 if settings.per_owner(template)
             ),

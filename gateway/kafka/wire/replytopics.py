@@ -31,7 +31,8 @@ class ReplyTopics:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.metrics = metrics
         self.consumer: AIOKafkaConsumer | None = None  # its metadata shows what exists
-        outputs = (settings.rejections_topic, settings.warnings_topic)
+        # the audit topic even when the trail is off: a reply must never pose as its record
+        outputs = (settings.rejections_topic, settings.warnings_topic, settings.audit_topic)
         self._own_topics = {t for t in outputs if not settings.per_owner(t)}
         self._own_patterns: list[re.Pattern[str]] = [
             settings.topic_regex(template)

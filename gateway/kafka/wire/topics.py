@@ -32,6 +32,7 @@ class AgentTopics:
     changelog: str
     rejections: str  # the owner's, or with no {agent} in the setting the one for all
     warnings: str
+    audit: str | None = None  # as rejections; None with audit_enabled off
 
 
 class TopicNames:
@@ -52,6 +53,7 @@ class TopicNames:
             changelog=s.topic(s.changelog_topic, agent),
             rejections=s.topic(s.rejections_topic, agent),
             warnings=s.topic(s.warnings_topic, agent),
+            audit=s.topic(s.audit_topic, agent) if s.audit_enabled else None,
         )
 
     def owner_of_topic(self, topic: str) -> str | None:
@@ -223,12 +225,12 @@ def create_errors(response: Any) -> dict[str, tuple[type[KafkaError], str]]:
 def agent_topic_layout(
     settings: Settings, agent: str, partitions: int, shared_partitions: int
 ) -> dict[str, tuple[int, dict[str, str]]]:
-    """What `topics create` makes for one agent (or group), plus its rejections and
-    warnings topics: the shared ones, or its own when those settings are templates (with
-    the shared ones' partitions and configs either way)."""
+    """What `topics create` makes for one agent (or group), plus its rejections, warnings
+    and (with audit_enabled) audit topics: the shared ones, or its own when those
+    settings are templates (with the shared ones' partitions and configs either way)."""
     names = TopicNames(settings).for_agent(agent)
     log_append = {"message.timestamp.type": "LogAppendTime"}
-    return {
+    layout = {
         names.events: (partitions, dict(log_append)),
         names.requests: (partitions, dict(log_append)),
         names.run_requests: (partitions, {}),
@@ -236,6 +238,17 @@ def agent_topic_layout(
         names.rejections: (shared_partitions, {}),
         names.warnings: (shared_partitions, {}),
     }
+    if names.audit is not None:
+        layout[names.audit] = (shared_partitions, audit_configs(settings))
+    return layout
+
+
+def audit_configs(settings: Settings) -> dict[str, str]:
+    """The audit topic's: deleted (never compacted: every record is kept, not the last
+    of each key) after `audit_retention_days`, or never (-1)."""
+    days = settings.audit_retention_days
+    retention = "-1" if days < 0 else str(days * 24 * 3600 * 1000)
+    return {"cleanup.policy": "delete", "retention.ms": retention}
 
 
 def changelog_configs() -> dict[str, str]:
