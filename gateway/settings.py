@@ -95,6 +95,50 @@ class AgentGroup(BaseModel):
         return not self.agents and self.agent_pattern is None
 
 
+class ApproverSetting(BaseModel):
+    """One rule of the approver policy (`approvers`): who may answer, and who may abandon,
+    the interrupts of an agent (or a group's agents, or any: "*") with a reason (or any:
+    "*"). The most specific rule that applies to an interrupt governs it; an interrupt no
+    rule names may be answered by anyone."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    agent: str = "*"
+    """The agent, or the group, whose interrupts this rule governs; "*": every agent."""
+    reason: str = "*"
+    """The interrupt `reason` it governs (e.g. "tool_call", "payment"); "*": every reason."""
+    answer_subjects: list[str] = []
+    """Subjects (the verified identity's `sub`) that may answer (status `resolved`); "*":
+    any verified identity."""
+    answer_groups: list[str] = []
+    """Groups or roles (from the token's groups claim) whose members may answer. With no
+    subjects and no groups: any verified identity (and an unattested one if `unattested`)."""
+    abandon_subjects: list[str] | None = None
+    """Subjects that may abandon (status `cancelled`); unset with abandon_groups unset: the
+    same as may answer."""
+    abandon_groups: list[str] | None = None
+    """Groups or roles whose members may abandon; see abandon_subjects."""
+    unattested: bool = False
+    """Whether an answer with no verified identity is accepted (only where the lists name
+    nobody): false rejects it `approver_unverified`."""
+
+    def rule(self) -> Any:
+        """The core's value for this rule (`gateway.core.values.approvers.ApproverRule`)."""
+        from gateway.core.values.approvers import ApproverRule
+
+        return ApproverRule(
+            agent=self.agent,
+            reason=self.reason,
+            answer_subjects=tuple(self.answer_subjects),
+            answer_groups=tuple(self.answer_groups),
+            abandon_subjects=None
+            if self.abandon_subjects is None
+            else tuple(self.abandon_subjects),
+            abandon_groups=None if self.abandon_groups is None else tuple(self.abandon_groups),
+            unattested=self.unattested,
+        )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="AGUI_GATEWAY_", frozen=True, extra="forbid", use_attribute_docstrings=True
@@ -151,6 +195,46 @@ class Settings(BaseSettings):
     # --- Judging ---------------------------------------------------------------------
     strict: bool = False
     """Unrecognised resume entries and unknown threads reject instead of warn."""
+
+    # --- Approvers: who may answer (docs/guides/approvers.md) --------------------------
+    approvers: list[ApproverSetting] = []
+    """The approver policy: rules saying who may answer or abandon which agents'
+    interrupts, by reason. None (the default): anyone who can publish to a requests topic
+    or reach the edge may answer any interrupt, as the gateway warns at start."""
+    attest_trusted_keys: dict[str, str] = {}
+    """The gateway's trusted keys, by key id: Ed25519 public keys (base64 of the 32 bytes,
+    or PEM) whose signatures on a request's identity headers it believes. Several at once:
+    trust a new key before anyone signs with it, drop an old one after its last request
+    was judged. Identity headers signed with any other key are never trusted."""
+    attest_key_id: str | None = None
+    """The edge's (or a GatewayClient's) signing key id: the id the gateway trusts its
+    public key under."""
+    attest_private_key_file: Path | None = None
+    """The edge's (or a GatewayClient's) Ed25519 private key (PEM, PKCS#8): signs the
+    identity it verified onto each request record. Read at start, never logged."""
+
+    @model_validator(mode="after")
+    def _signing_key_named(self) -> Settings:
+        if (self.attest_key_id is None) != (self.attest_private_key_file is None):
+            raise ValueError(
+                "attest_key_id and attest_private_key_file are set together (a key and its id)"
+            )
+        return self
+
+    @field_validator("attest_trusted_keys")
+    @classmethod
+    def _trusted_keys_read(cls, value: dict[str, str]) -> dict[str, str]:
+        from gateway.kafka.wire.attestation import public_key
+
+        problems = []
+        for key_id, text in value.items():
+            try:
+                public_key(text)
+            except ValueError as exc:
+                problems.append(f"key {key_id!r}: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
     # --- Processing ------------------------------------------------------------------
     merge_max_wait_ms: int = Field(

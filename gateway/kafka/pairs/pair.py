@@ -31,6 +31,7 @@ from gateway.codec.records import (
     stream_type,
 )
 from gateway.core import Change, Policy, Reason, Rule, RunStatus, ThreadState, Warn, apply_event
+from gateway.core.values.approvers import ApproverRule
 from gateway.core.values.findings import Finding
 from gateway.kafka.pairs import shaping
 from gateway.kafka.pairs.agents import Layout, OwnTopics, Unusable
@@ -40,6 +41,7 @@ from gateway.kafka.pairs.merge import Fence, Merge, Step
 from gateway.kafka.pairs.round import Round
 from gateway.kafka.pairs.shaping import MAX_KEY_BYTES, MAX_RECORD_BYTES
 from gateway.kafka.pairs.sweep import Sweep
+from gateway.kafka.wire.attestation import Verifier, caller_of
 from gateway.kafka.wire.topics import AgentTopics
 from gateway.observe.metrics import Metrics, event_type_label, outcome_label, reason_label
 from gateway.observe.warnings import WarningLimiter
@@ -62,6 +64,9 @@ class PairContext:
     metrics: Metrics
     limiter: WarningLimiter
     topic_exists: Callable[[str], bool]
+    # the approver policy, and the identity headers' verifier (None: no key is trusted)
+    approvers: tuple[ApproverRule, ...] = ()
+    verifier: Verifier | None = None
 
 
 class PartitionPair:
@@ -77,7 +82,7 @@ class PartitionPair:
         self.layout: Layout = layout if layout is not None else OwnTopics(topics.agent)
         self.partition = partition
         self.ctx = context
-        self.policy = Policy(strict=context.settings_strict)
+        self.policy = Policy(strict=context.settings_strict, approvers=context.approvers)
         self.metrics = context.metrics
         self.store = ThreadStore(self.layout.thread_of)  # committed states
         self.merge = Merge(context.merge_max_wait_s)  # the two inputs, buffered
@@ -344,7 +349,8 @@ class PartitionPair:
         def state_of(thread: str) -> ThreadState | None:
             return self.state(key(agent, thread))
 
-        found = decide(record, thread_id, state_of, now_ms, self.policy)
+        caller = caller_of(record, self.ctx.verifier, agent, self.layout.group)
+        found = decide(record, thread_id, state_of, now_ms, self.policy, caller)
         self.round.decided.append(record.received)
         self.effects.decision(
             self.round,
