@@ -424,6 +424,34 @@ class Settings(BaseSettings):
     ones); a connection accepted beyond it is answered 503 and closed at once. Keep it
     above edge_max_streams, and the process's open-file limit above it."""
 
+    edge_jwt_jwks_file: Path | None = None
+    """Verify callers' bearer tokens (JWT) with the keys of this JWKS file; with it (or
+    edge_jwt_jwks_url) every run request needs a valid token, else 401. Unset (with the
+    URL unset): callers are not verified and their requests carry no identity."""
+    edge_jwt_jwks_url: str | None = None
+    """Verify callers' bearer tokens with the keys of this JWKS URL (fetched at start, and
+    again when a token names a key id it does not hold)."""
+    edge_jwks_min_refresh_s: float = Field(default=60.0, ge=0)
+    """Shortest interval between two fetches of edge_jwt_jwks_url."""
+    edge_jwt_issuer: str | None = None
+    """The `iss` a token must carry (needed when tokens are verified)."""
+    edge_jwt_audience: str | None = None
+    """The `aud` a token must carry (one of, when a list; needed when tokens are verified)."""
+    edge_jwt_algorithms: list[str] = ["RS256", "ES256", "EdDSA"]
+    """Signature algorithms accepted (never "none"; HMAC ones only if listed)."""
+    edge_jwt_groups_claim: str = "groups"
+    """The claim holding the caller's groups or roles: a dotted path (e.g.
+    "realm_access.roles"), a list of strings or one space-separated string."""
+    edge_jwt_leeway_s: float = Field(default=30.0, ge=0, le=600)
+    """Clock skew allowed on exp, nbf and iat."""
+
+    @field_validator("edge_jwt_algorithms")
+    @classmethod
+    def _no_none_algorithm(cls, value: list[str]) -> list[str]:
+        if any(a.lower() == "none" for a in value) or not value:
+            raise ValueError('list signature algorithms, never "none"')
+        return value
+
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod
     def _has_agent(cls, value: str) -> str:

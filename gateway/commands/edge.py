@@ -9,8 +9,10 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from gateway.edge.app import Edge
+from gateway.edge.auth import JwksError
 from gateway.edge.guard import guarded_protocol
 from gateway.kafka.wire import clients
+from gateway.kafka.wire.attestation import AttestationError
 from gateway.observe import logs
 from gateway.settings import Settings
 
@@ -72,6 +74,9 @@ def main(settings: Settings) -> int:
                 file=sys.stderr,
             )
             return 2
+    except (JwksError, AttestationError) as exc:  # keys that cannot be used: said, exit 2
+        log.error(f"agui-gateway edge: {exc}")
+        return 2
     except KeyboardInterrupt:
         pass
     except OSError as exc:
