@@ -379,6 +379,11 @@ class Settings(BaseSettings):
     """Run requests waiting per partition before it is paused."""
     bridge_http_port: int = Field(default=9465, ge=0, le=65535)
     """Port of the bridge's /healthz, /readyz, /metrics (0: any free port)."""
+    bridge_identity_header: str = Field(default="X-AGUI-Identity", pattern=r"^[A-Za-z0-9-]+$")
+    """HTTP header of the bridge's POST that carries who answered the interrupts it
+    resumes (the gateway's verified identity, as JSON: subject, groups, issuer, signer);
+    absent when the request was unattested. An agent's configured header of this name is
+    never sent."""
 
     @field_validator("bridge_runs_topic")
     @classmethod
