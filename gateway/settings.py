@@ -206,6 +206,13 @@ class Settings(BaseSettings):
     or PEM) whose signatures on a request's identity headers it believes. Several at once:
     trust a new key before anyone signs with it, drop an old one after its last request
     was judged. Identity headers signed with any other key are never trusted."""
+    attest_trusted_keys_file: Path | None = None
+    """More trusted keys, in a file (a JSON object or TOML: key id = public key) that the
+    gateway reads again when it changes, so keys rotate without a restart. A file that
+    cannot be read at start stops the gateway; later, the keys it gave last are kept and
+    the problem is logged."""
+    attest_keys_reload_s: float = Field(default=5.0, gt=0)
+    """Longest interval between two looks at attest_trusted_keys_file for a change."""
     attest_key_id: str | None = None
     """The edge's (or a GatewayClient's) signing key id: the id the gateway trusts its
     public key under."""

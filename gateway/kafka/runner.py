@@ -118,6 +118,17 @@ class _Listener(ConsumerRebalanceListener):
             )
 
 
+def verifier(settings: Settings) -> Verifier | None:
+    """The identity headers' verifier, with the settings' trusted keys (None: none)."""
+    if not settings.attest_trusted_keys and settings.attest_trusted_keys_file is None:
+        return None
+    return Verifier(
+        settings.attest_trusted_keys,
+        settings.attest_trusted_keys_file,
+        settings.attest_keys_reload_s,
+    )
+
+
 def approver_warnings(settings: Settings) -> None:
     """Say at start what the approver policy leaves open."""
     if not settings.approvers:
@@ -125,7 +136,7 @@ def approver_warnings(settings: Settings) -> None:
             "no approver policy (approvers): anyone who can publish to a requests topic or "
             "reach the edge may answer or abandon any interrupt, as before there was one"
         )
-    elif not settings.attest_trusted_keys:
+    elif not settings.attest_trusted_keys and settings.attest_trusted_keys_file is None:
         log.warning(
             "an approver policy with no trusted keys (attest_trusted_keys): no identity can "
             "be verified, so every answer its rules govern is approver_unverified unless "
@@ -163,9 +174,7 @@ class Gateway:
             limiter=self.limiter,
             topic_exists=self.reply_topics.allowed,
             approvers=tuple(rule.rule() for rule in settings.approvers),
-            verifier=Verifier(settings.attest_trusted_keys)
-            if settings.attest_trusted_keys
-            else None,
+            verifier=verifier(settings),
         )
         approver_warnings(settings)
         self.status = Status(metrics.gauges)

@@ -5,6 +5,8 @@ unknown-key headers never trusted)."""
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
 
@@ -224,3 +226,93 @@ def test_without_trusted_keys_identity_headers_are_not_believed(edge):
     caller = caller_of(record, None, "bot", None)
     assert caller.identity is None
     assert caller.unverified == "the gateway trusts no signing key"
+
+
+# --- trusted keys from a file, reloaded when it changes ---------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def write_keys(path, keys: dict[str, str], toml: bool = False) -> None:
+    import os
+
+    if toml:
+        path.write_text("".join(f'"{k}" = "{v}"\n' for k, v in keys.items()))
+    else:
+        path.write_text(json.dumps(keys))
+    stamp = path.stat().st_mtime_ns + 1_000_000_000  # a change the file system can see
+    os.utime(path, ns=(stamp, stamp))
+
+
+def test_a_trusted_keys_file_rotates_keys_without_a_restart(edge, tmp_path, caplog):
+    new = signer("edge-2026-02", tmp_path)
+    keys = tmp_path / "trusted.json"
+    write_keys(keys, {edge.key_id: edge.public_key()})
+    clock = Clock()
+    verifier = Verifier({}, keys, reload_s=5.0, clock=clock)
+    old_record, new_record = signed(edge), signed(new)
+    assert isinstance(verifier.verify(old_record, b"t1", BODY), Identity)
+    assert isinstance(verifier.verify(new_record, b"t1", BODY), Unverified)
+    # both trusted (TOML this time): seen at the next look, not before
+    write_keys(keys, {edge.key_id: edge.public_key(), new.key_id: new.public_key()}, toml=True)
+    clock.now = 4.0
+    assert isinstance(verifier.verify(new_record, b"t1", BODY), Unverified)
+    clock.now = 5.0
+    assert isinstance(verifier.verify(new_record, b"t1", BODY), Identity)
+    assert isinstance(verifier.verify(old_record, b"t1", BODY), Identity)
+    # the old one dropped
+    write_keys(keys, {new.key_id: new.public_key()})
+    clock.now = 10.0
+    assert isinstance(verifier.verify(old_record, b"t1", BODY), Unverified)
+    # a broken file keeps the keys read before, and says so once per change
+    write_keys(keys, {"k": "not a key"})
+    with caplog.at_level("ERROR", logger="gateway.attestation"):
+        clock.now = 15.0
+        assert isinstance(verifier.verify(new_record, b"t1", BODY), Identity)
+        clock.now = 20.0
+        assert isinstance(verifier.verify(new_record, b"t1", BODY), Identity)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [r.getMessage() for r in errors] == [
+        "trusted keys file not reloaded; keeping the keys read before"
+    ]
+
+
+def test_a_trusted_keys_file_that_cannot_be_read_at_start_is_an_error(tmp_path):
+    with pytest.raises(AttestationError, match="trusted keys file"):
+        Verifier({}, tmp_path / "absent.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(AttestationError, match="neither a JSON object nor TOML"):
+        Verifier({}, bad)
+
+
+# --- what the gateway says at start -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "level", "says"),
+    [
+        ({}, "WARNING", "no approver policy (approvers): anyone who can publish"),
+        ({"approvers": [{"agent": "bot"}]}, "WARNING", "no trusted keys"),
+        (
+            {"approvers": [{"agent": "bot"}], "attest_trusted_keys": {"k": "A" * 43 + "="}},
+            "INFO",
+            "approver policy",
+        ),
+    ],
+)
+def test_the_gateway_says_at_start_what_the_policy_leaves_open(caplog, settings, level, says):
+    from gateway.kafka.runner import approver_warnings
+    from gateway.settings import Settings
+
+    with caplog.at_level("INFO", logger="gateway"):
+        approver_warnings(Settings(**settings))
+    [record] = [r for r in caplog.records if r.name.startswith("gateway")]
+    assert record.levelname == level
+    assert says in record.getMessage()

@@ -24,8 +24,11 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import struct
-from collections.abc import Iterable, Mapping
+import time
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID, InRecord
 from gateway.core.values.decision import Caller
 from gateway.core.values.identity import Identity
+
+log = logging.getLogger("gateway.attestation")
 
 HEADER_IDENTITY = "agui-identity"
 HEADER_IDENTITY_KEY = "agui-identity-key"
@@ -185,19 +190,58 @@ def public_key(text: str) -> Ed25519PublicKey:
 
 
 class Verifier:
-    """Verifies attested identities against the trusted public keys, by key id."""
+    """Verifies attested identities against the trusted public keys, by key id.
 
-    def __init__(self, trusted: Mapping[str, str]) -> None:
-        keys: dict[str, Ed25519PublicKey] = {}
-        problems = []
-        for key_id, text in trusted.items():
+    `trusted` are the settings' keys; `key_file` (optional) a JSON or TOML file of more
+    (key id -> public key), read again when it changes (its modification time or size,
+    looked at most every `reload_s`), so keys rotate without a restart. A file that
+    cannot be read at start is an error; later, the keys it gave last are kept and the
+    problem is logged."""
+
+    def __init__(
+        self,
+        trusted: Mapping[str, str],
+        key_file: Path | None = None,
+        reload_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._static = _parse_keys(trusted, "trusted key")
+        self._file = key_file
+        self._reload_s = reload_s
+        self._clock = clock
+        self._seen: tuple[int, int] | None = None
+        self._next_look = clock() + reload_s
+        file_keys: dict[str, Ed25519PublicKey] = {}
+        if key_file is not None:
             try:
-                keys[key_id] = public_key(text)
-            except ValueError as exc:
-                problems.append(f"trusted key {key_id!r}: {exc}")
-        if problems:
-            raise AttestationError("; ".join(problems))
-        self._keys = keys
+                self._seen = _stamp(key_file)
+            except OSError as exc:
+                raise AttestationError(f"the trusted keys file {str(key_file)!r}: {exc}") from None
+            file_keys = _parse_keys(_read_key_file(key_file), f"{key_file}: key")
+        self._keys = {**self._static, **file_keys}
+
+    def _look(self) -> None:
+        """Read the key file again if it changed since it was last read."""
+        assert self._file is not None
+        self._next_look = self._clock() + self._reload_s
+        stamp: tuple[int, int] | None = None
+        try:
+            stamp = _stamp(self._file)
+            if stamp == self._seen:
+                return
+            file_keys = _parse_keys(_read_key_file(self._file), f"{self._file}: key")
+        except (OSError, AttestationError) as exc:
+            self._seen = stamp  # said once per change of the file, not at every look
+            log.error(
+                "trusted keys file not reloaded; keeping the keys read before",
+                extra={"file": str(self._file), "error": str(exc)},
+            )
+            return
+        self._seen = stamp
+        self._keys = {**self._static, **file_keys}
+        log.info(
+            "trusted keys reloaded", extra={"file": str(self._file), "keys": sorted(self._keys)}
+        )
 
     @property
     def key_ids(self) -> tuple[str, ...]:
@@ -212,6 +256,8 @@ class Verifier:
         """The identity a record's headers attest: an `Identity` when its signature
         verifies with a trusted key, `Unverified` (why) when identity headers are there
         but do not verify, None when the record carries none."""
+        if self._file is not None and self._clock() >= self._next_look:
+            self._look()
         found: dict[str, bytes | None] = {}
         for name, data in headers:
             if name in found and name in ATTESTATION_HEADERS:
@@ -250,6 +296,45 @@ class Verifier:
             return read_identity(ident, key_id)
         except ValueError as exc:
             return Unverified(f"its signed identity cannot be read: {exc}")
+
+
+def _parse_keys(trusted: Mapping[str, Any], what: str) -> dict[str, Ed25519PublicKey]:
+    keys: dict[str, Ed25519PublicKey] = {}
+    problems = []
+    for key_id, text in trusted.items():
+        try:
+            if not isinstance(text, str):
+                raise ValueError("not a string")
+            keys[key_id] = public_key(text)
+        except ValueError as exc:
+            problems.append(f"{what} {key_id!r}: {exc}")
+    if problems:
+        raise AttestationError("; ".join(problems))
+    return keys
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    found = path.stat()
+    return found.st_mtime_ns, found.st_size
+
+
+def _read_key_file(path: Path) -> dict[str, Any]:
+    """A trusted keys file: a JSON object, or TOML (key id = public key)."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AttestationError(
+            f"the trusted keys file {str(path)!r} cannot be read: {exc}"
+        ) from None
+    try:
+        doc = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise AttestationError(
+            f"the trusted keys file {str(path)!r} is neither a JSON object nor TOML: {exc}"
+        ) from None
+    if not isinstance(doc, dict):
+        raise AttestationError(f"the trusted keys file {str(path)!r} is not an object")
+    return doc
 
 
 def _shown(text: str) -> str:
