@@ -457,6 +457,31 @@ class Settings(BaseSettings):
     edge_jwt_leeway_s: float = Field(default=30.0, ge=0, le=600)
     """Clock skew allowed on exp, nbf and iat."""
 
+    edge_ssl_certfile: Path | None = None
+    """Serve the edge over TLS with this certificate (PEM; with edge_ssl_keyfile)."""
+    edge_ssl_keyfile: Path | None = None
+    """The edge's TLS private key (PEM)."""
+    edge_ssl_ca_certs: Path | None = None
+    """CA certificates that client certificates are verified against (edge_client_certs)."""
+    edge_client_certs: Literal["off", "optional", "required"] = "off"
+    """TLS client certificates: "required" (the handshake fails without one signed by
+    edge_ssl_ca_certs), "optional", or "off". A verified certificate is a caller's
+    identity (subject: its commonName; groups: its organizationalUnitName values;
+    issuer: its issuer's commonName) where no bearer token is given."""
+
+    @model_validator(mode="after")
+    def _edge_tls_complete(self) -> Settings:
+        if (self.edge_ssl_certfile is None) != (self.edge_ssl_keyfile is None):
+            raise ValueError("edge_ssl_certfile and edge_ssl_keyfile are set together")
+        if self.edge_client_certs != "off" and (
+            self.edge_ssl_certfile is None or self.edge_ssl_ca_certs is None
+        ):
+            raise ValueError(
+                "edge_client_certs needs TLS (edge_ssl_certfile, edge_ssl_keyfile) and the "
+                "client certificates' CA (edge_ssl_ca_certs)"
+            )
+        return self
+
     @field_validator("edge_jwt_algorithms")
     @classmethod
     def _no_none_algorithm(cls, value: list[str]) -> list[str]:

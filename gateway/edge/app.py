@@ -52,7 +52,7 @@ from gateway.core.values.codes import Reason, Verdict
 from gateway.core.values.identity import Identity
 from gateway.edge import auth
 from gateway.edge.auth import TokenVerifier, Unauthorized
-from gateway.edge.guard import BODY_TIMEOUT
+from gateway.edge.guard import BODY_TIMEOUT, PEER_CERT
 from gateway.edge.metrics import NO_VERDICT, EdgeMetrics
 from gateway.edge.stream import run_frames
 from gateway.kafka.wire import clients
@@ -84,12 +84,14 @@ class Edge:
             lambda: clients.probe(self.client.producer), settings.broker_timeout_s
         )
         self.tokens: TokenVerifier | None = None
-        if auth.enabled(settings):
+        self.client_certs = settings.edge_client_certs != "off"
+        if auth.enabled(settings) or self.client_certs:
             if self.client.signer is None:
                 raise auth.JwksError(
-                    "verifying callers' tokens needs a key to attest their identity to the "
+                    "verifying callers needs a key to attest their identity to the "
                     "gateway: set attest_key_id and attest_private_key_file"
                 )
+        if auth.enabled(settings):
             self.tokens = TokenVerifier(settings)
 
     # --- endpoints -------------------------------------------------------------------------
@@ -97,9 +99,9 @@ class Edge:
     async def run_agent(self, request: Request) -> Response:
         agent = request.path_params["agent"]
         identity: Identity | None = None
-        if self.tokens is not None:
+        if self.tokens is not None or self.client_certs:
             try:
-                identity = await self.tokens.identity(request.headers.get("authorization"))
+                identity = await self._caller(request)
             except Unauthorized as exc:
                 response = self._answer(
                     NO_VERDICT, 401, {"error": "unauthorized", "detail": exc.detail}
@@ -198,6 +200,17 @@ class Edge:
             sep="\n",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    async def _caller(self, request: Request) -> Identity:
+        """Who is calling: a bearer token's identity when one is given (or when no
+        client certificate came), else the verified client certificate's."""
+        authorization = request.headers.get("authorization")
+        peer = request.scope.get("state", {}).get(PEER_CERT) if self.client_certs else None
+        if self.tokens is not None and (authorization or peer is None):
+            return await self.tokens.identity(authorization)
+        if peer is None:
+            raise Unauthorized("no client certificate (and no bearer token)")
+        return auth.cert_identity(peer)
 
     def _answer(self, verdict: str, status: int, body: dict[str, Any]) -> Response:
         self.metrics.requests.labels(str(verdict), str(status)).inc()

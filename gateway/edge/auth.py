@@ -8,6 +8,11 @@ joserfc. The identity is its `sub`, its groups or roles the `edge_jwt_groups_cla
 claim (a dotted path; a list of strings, or one space-separated string). A request that
 fails is answered 401 with the reason; the token itself is never logged nor echoed.
 
+With `edge_client_certs` on, a TLS client certificate (verified by the handshake against
+`edge_ssl_ca_certs`) is the caller's identity where no bearer token is given: its
+subject's commonName, its organizationalUnitName values as groups, its issuer's
+commonName as issuer (`cert_identity`).
+
 Keys from a URL are fetched at start and again (at most every
 `edge_jwks_min_refresh_s`) when a token names a key id the set does not hold, so an
 identity provider's key rotation needs no restart of the edge.
@@ -187,6 +192,27 @@ class TokenVerifier:
         if not isinstance(subject, str) or not subject:
             raise Unauthorized("the token's sub is not a string")
         return Identity(subject, _groups(claims, s.edge_jwt_groups_claim), str(claims["iss"]))
+
+
+def cert_identity(peer: Any) -> Identity:
+    """The identity a verified client certificate names (ssl's getpeercert() form)."""
+    subject = _rdn(peer.get("subject", ()) if isinstance(peer, dict) else ())
+    issuer = _rdn(peer.get("issuer", ()) if isinstance(peer, dict) else ())
+    names = subject.get("commonName", [])
+    if not names:
+        raise Unauthorized("the client certificate's subject has no commonName")
+    groups = tuple(subject.get("organizationalUnitName", []))[:MAX_GROUPS]
+    return Identity(names[0], groups, (issuer.get("commonName") or [""])[0])
+
+
+def _rdn(name: Any) -> dict[str, list[str]]:
+    """A distinguished name's attributes: name -> values, in order."""
+    found: dict[str, list[str]] = {}
+    for rdn in name or ():
+        for pair in rdn:
+            if isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], str):
+                found.setdefault(str(pair[0]), []).append(pair[1])
+    return found
 
 
 def _groups(claims: dict[str, Any], path: str) -> tuple[str, ...]:
