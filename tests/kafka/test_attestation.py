@@ -123,6 +123,9 @@ def test_keys_rotate_with_both_trusted_at_once(edge, tmp_path):
     [
         (lambda h: [x for x in h if x[0] != HEADER_IDENTITY_SIGNATURE], "lack"),
         (lambda h: [*h, (HEADER_IDENTITY, b'{"subject":"x"}')], "twice"),
+        # another agent (or correlation id) put first, where the gateway reads it
+        (lambda h: [(HEADER_AGENT, b"other"), *h], "agui-agent twice"),
+        (lambda h: [(HEADER_CORRELATION_ID, b"c-9"), *h], "agui-correlation-id twice"),
         (
             lambda h: [(n, b"!!" if n == HEADER_IDENTITY_SIGNATURE else v) for n, v in h],
             "base64url",

@@ -48,6 +48,8 @@ HEADER_IDENTITY_KEY = "agui-identity-key"
 HEADER_IDENTITY_SIGNATURE = "agui-identity-signature"
 ATTESTATION_HEADERS = (HEADER_IDENTITY, HEADER_IDENTITY_KEY, HEADER_IDENTITY_SIGNATURE)
 _VERSION = b"agui-identity/1"
+# Headers a signature covers, or that carry it: each must be there at most once.
+_SIGNED_HEADERS = frozenset((*ATTESTATION_HEADERS, HEADER_AGENT, HEADER_CORRELATION_ID))
 # An identity header beyond this is not read (a subject and its groups fit well within).
 MAX_IDENTITY_BYTES = 16_384
 MAX_GROUPS = 256
@@ -260,7 +262,8 @@ class Verifier:
             self._look()
         found: dict[str, bytes | None] = {}
         for name, data in headers:
-            if name in found and name in ATTESTATION_HEADERS:
+            if name in found and name in _SIGNED_HEADERS:
+                # which one the gateway acts on and which one was signed could differ
                 return Unverified(f"the record carries header {name} twice")
             found[name] = bytes(data) if data is not None else None
         present = [h for h in ATTESTATION_HEADERS if found.get(h) is not None]
