@@ -9,6 +9,7 @@ import json
 
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID, InRecord
 from gateway.core import Identity
@@ -163,20 +164,33 @@ def test_a_pem_public_key_is_trusted_too(edge):
 # --- the pair judging with what it verified ---------------------------------------------------
 
 
-def make_pair(verifier: Verifier | None, rules: tuple[ApproverRule, ...]) -> PartitionPair:
-    from prometheus_client import CollectorRegistry
+REGISTRY: dict[int, CollectorRegistry] = {}  # each pair's registry, by the pair's id
 
+
+def make_pair(verifier: Verifier | None, rules: tuple[ApproverRule, ...]) -> PartitionPair:
+    registry = CollectorRegistry()
     ctx = PairContext(
         False,
         5.0,
         Retention(10**9, 10**9, 10**9),
-        Metrics(CollectorRegistry()),
+        Metrics(registry),
         WarningLimiter(5, 60_000),
         {"replies"}.__contains__,
         approvers=rules,
         verifier=verifier,
     )
-    return PartitionPair(TOPICS, 0, ctx)
+    pair = PartitionPair(TOPICS, 0, ctx)
+    REGISTRY[id(pair)] = registry
+    return pair
+
+
+def identities(pair: PartitionPair, result: str) -> float:
+    """The pair's identities counter for `result`, once its round committed."""
+    pair.committed_round(pair.seal(), 0.0)
+    sample = REGISTRY[id(pair)].get_sample_value(
+        "agui_gateway_identities_total", {"agent": "bot", "result": result}
+    )
+    return sample or 0.0
 
 
 def judged(pair: PartitionPair, headers) -> tuple[str, list]:
@@ -204,6 +218,7 @@ def test_the_pair_forwards_a_verified_approver_with_the_identity_for_the_agent(e
     assert forwarded == Identity("alice", ("approvers",), "https://idp.example", "edge-2026-01")
     # the request's signature headers are not copied onto the forward
     assert HEADER_IDENTITY_SIGNATURE not in dict(headers)
+    assert identities(pair, "verified") == 1
 
 
 def test_the_pair_rejects_a_forged_identity_as_unverified(edge, tmp_path):
@@ -214,6 +229,8 @@ def test_the_pair_rejects_a_forged_identity_as_unverified(edge, tmp_path):
     [reason] = orjson.loads(pair.round.out[0].value)["reasons"]
     assert reason["code"] == "approver_unverified"
     assert "does not verify" in reason["detail"]
+    assert identities(pair, "unverified") == 1
+    assert identities(pair, "verified") == 0
 
 
 def test_the_pair_rejects_a_verified_identity_the_policy_does_not_name(edge):

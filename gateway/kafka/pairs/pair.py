@@ -350,6 +350,12 @@ class PartitionPair:
             return self.state(key(agent, thread))
 
         caller = caller_of(record, self.ctx.verifier, agent, self.layout.group)
+        result = (
+            "verified"
+            if caller.identity is not None
+            else ("unverified" if caller.unverified is not None else "unattested")
+        )
+        self.defer(self.metrics.identities.labels(self.agent, result).inc)
         found = decide(record, thread_id, state_of, now_ms, self.policy, caller)
         self.round.decided.append(record.received)
         self.effects.decision(
