@@ -231,7 +231,7 @@ class Settings(BaseSettings):
     @field_validator("attest_trusted_keys")
     @classmethod
     def _trusted_keys_read(cls, value: dict[str, str]) -> dict[str, str]:
-        from gateway.kafka.wire.attestation import public_key
+        from gateway.kafka.wire.trustedkeys import public_key
 
         problems = []
         for key_id, text in value.items():

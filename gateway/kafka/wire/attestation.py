@@ -11,8 +11,8 @@ The edge (and any service through `GatewayClient`) writes, beside the request's 
   length-prefixed. A signature lifted onto another request, thread, agent or
   correlation id, or kept beside an edited body, does not verify.
 
-The gateway's shell verifies against its trusted public keys (several at once, so a
-key is rotated by trusting the new one before signing with it): a verified identity
+The gateway's shell verifies against its trusted public keys (`trustedkeys.py`: several
+at once, so a key is rotated by trusting the new one before signing with it): a verified identity
 is handed to the core; headers that do not verify are never trusted, and why is
 said (`Unverified`). Asymmetric keys let a service sign as itself without holding a
 secret that would let it sign as the edge, and the gateway holds no secret at all.
@@ -24,10 +24,8 @@ import base64
 import binascii
 import hashlib
 import json
-import logging
 import struct
 import time
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +33,14 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID, InRecord
 from gateway.core.values.decision import Caller
 from gateway.core.values.identity import Identity
+from gateway.kafka.wire.trustedkeys import AttestationError, TrustedKeys, public_key
 
-log = logging.getLogger("gateway.attestation")
+__all__ = ["AttestationError", "Signer", "Unverified", "Verifier", "caller_of", "public_key"]
 
 HEADER_IDENTITY = "agui-identity"
 HEADER_IDENTITY_KEY = "agui-identity-key"
@@ -53,10 +52,6 @@ _SIGNED_HEADERS = frozenset((*ATTESTATION_HEADERS, HEADER_AGENT, HEADER_CORRELAT
 # An identity header beyond this is not read (a subject and its groups fit well within).
 MAX_IDENTITY_BYTES = 16_384
 MAX_GROUPS = 256
-
-
-class AttestationError(ValueError):
-    """A key that cannot be read, or an identity that cannot be written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,32 +168,9 @@ class Signer:
         ]
 
 
-def public_key(text: str) -> Ed25519PublicKey:
-    """An Ed25519 public key from base64 of its 32 raw bytes, or a PEM
-    (SubjectPublicKeyInfo); ValueError otherwise."""
-    stripped = text.strip()
-    if stripped.startswith("-----BEGIN"):
-        key = serialization.load_pem_public_key(stripped.encode())
-        if not isinstance(key, Ed25519PublicKey):
-            raise ValueError("not an Ed25519 public key")
-        return key
-    try:
-        raw = base64.b64decode(stripped, validate=True)
-    except binascii.Error:
-        raise ValueError("neither a PEM public key nor base64") from None
-    if len(raw) != 32:
-        raise ValueError(f"an Ed25519 public key is 32 bytes, not {len(raw)}")
-    return Ed25519PublicKey.from_public_bytes(raw)
-
-
 class Verifier:
-    """Verifies attested identities against the trusted public keys, by key id.
-
-    `trusted` are the settings' keys; `key_file` (optional) a JSON or TOML file of more
-    (key id -> public key), read again when it changes (its modification time or size,
-    looked at most every `reload_s`), so keys rotate without a restart. A file that
-    cannot be read at start is an error; later, the keys it gave last are kept and the
-    problem is logged."""
+    """Verifies attested identities against the trusted public keys, by key id
+    (`TrustedKeys`: the settings' and, optionally, a file's, read again as it changes)."""
 
     def __init__(
         self,
@@ -207,47 +179,7 @@ class Verifier:
         reload_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._static = _parse_keys(trusted, "trusted key")
-        self._file = key_file
-        self._reload_s = reload_s
-        self._clock = clock
-        self._seen: tuple[int, int] | None = None
-        self._next_look = clock() + reload_s
-        file_keys: dict[str, Ed25519PublicKey] = {}
-        if key_file is not None:
-            try:
-                self._seen = _stamp(key_file)
-            except OSError as exc:
-                raise AttestationError(f"the trusted keys file {str(key_file)!r}: {exc}") from None
-            file_keys = _parse_keys(_read_key_file(key_file), f"{key_file}: key")
-        self._keys = {**self._static, **file_keys}
-
-    def _look(self) -> None:
-        """Read the key file again if it changed since it was last read."""
-        assert self._file is not None
-        self._next_look = self._clock() + self._reload_s
-        stamp: tuple[int, int] | None = None
-        try:
-            stamp = _stamp(self._file)
-            if stamp == self._seen:
-                return
-            file_keys = _parse_keys(_read_key_file(self._file), f"{self._file}: key")
-        except (OSError, AttestationError) as exc:
-            self._seen = stamp  # said once per change of the file, not at every look
-            log.error(
-                "trusted keys file not reloaded; keeping the keys read before",
-                extra={"file": str(self._file), "error": str(exc)},
-            )
-            return
-        self._seen = stamp
-        self._keys = {**self._static, **file_keys}
-        log.info(
-            "trusted keys reloaded", extra={"file": str(self._file), "keys": sorted(self._keys)}
-        )
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        return tuple(self._keys)
+        self.keys = TrustedKeys(trusted, key_file, reload_s, clock)
 
     def verify(
         self,
@@ -258,8 +190,6 @@ class Verifier:
         """The identity a record's headers attest: an `Identity` when its signature
         verifies with a trusted key, `Unverified` (why) when identity headers are there
         but do not verify, None when the record carries none."""
-        if self._file is not None and self._clock() >= self._next_look:
-            self._look()
         found: dict[str, bytes | None] = {}
         for name, data in headers:
             if name in found and name in _SIGNED_HEADERS:
@@ -278,7 +208,7 @@ class Verifier:
             key_id = kid.decode()
         except UnicodeDecodeError:
             return Unverified("its identity key id is not UTF-8")
-        public = self._keys.get(key_id)
+        public = self.keys.get(key_id)
         if public is None:
             return Unverified(f"its identity is signed with key {_shown(key_id)}, not trusted")
         try:
@@ -299,45 +229,6 @@ class Verifier:
             return read_identity(ident, key_id)
         except ValueError as exc:
             return Unverified(f"its signed identity cannot be read: {exc}")
-
-
-def _parse_keys(trusted: Mapping[str, Any], what: str) -> dict[str, Ed25519PublicKey]:
-    keys: dict[str, Ed25519PublicKey] = {}
-    problems = []
-    for key_id, text in trusted.items():
-        try:
-            if not isinstance(text, str):
-                raise ValueError("not a string")
-            keys[key_id] = public_key(text)
-        except ValueError as exc:
-            problems.append(f"{what} {key_id!r}: {exc}")
-    if problems:
-        raise AttestationError("; ".join(problems))
-    return keys
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    found = path.stat()
-    return found.st_mtime_ns, found.st_size
-
-
-def _read_key_file(path: Path) -> dict[str, Any]:
-    """A trusted keys file: a JSON object, or TOML (key id = public key)."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AttestationError(
-            f"the trusted keys file {str(path)!r} cannot be read: {exc}"
-        ) from None
-    try:
-        doc = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise AttestationError(
-            f"the trusted keys file {str(path)!r} is neither a JSON object nor TOML: {exc}"
-        ) from None
-    if not isinstance(doc, dict):
-        raise AttestationError(f"the trusted keys file {str(path)!r} is not an object")
-    return doc
 
 
 def _shown(text: str) -> str:
