@@ -180,6 +180,8 @@ class TokenVerifier:
             raise Unauthorized(f"the token lacks a claim: {exc.description}") from None
         except InvalidClaimError as exc:
             claim = getattr(exc, "claim", "")
+            if claim in ("nbf", "iat"):
+                raise Unauthorized(f"the token is not valid yet ({exc.description})") from None
             names = {"aud": "audience", "iss": "issuer"}
             raise Unauthorized(
                 f"the token's {names.get(claim, claim or 'claims')} is not the one this edge "

@@ -115,3 +115,35 @@ async def test_what_is_not_a_token_is_refused_with_its_reason(tmp_path, header, 
     )
     with pytest.raises(Unauthorized, match=says):
         await tokens.identity(header)
+
+
+@pytest.mark.parametrize(
+    ("claims", "says"),
+    [
+        ({"nbf": int(time.time()) + 3600}, "not valid yet"),
+        ({"iat": int(time.time()) + 3600}, "not valid yet"),
+        ({"aud": ["another", "other"]}, "audience is not the one"),
+        ({"iss": "https://elsewhere"}, "issuer is not the one"),
+        ({"exp": int(time.time()) - 3600}, "has expired"),
+        ({"sub": None}, "lacks a claim"),
+    ],
+)
+async def test_claims_are_checked_each_with_its_reason(tmp_path, claims, says) -> None:
+    key = ECKey.generate_key("P-256", parameters={"kid": "k1"})
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps(KeySet([key]).as_dict(private=False)))
+    tokens = TokenVerifier(
+        Settings(edge_jwt_jwks_file=jwks, edge_jwt_issuer=ISSUER, edge_jwt_audience=AUDIENCE)
+    )
+    body = {k: v for k, v in claims.items() if v is not None}
+    signed = token(key, **body)
+    if claims.get("sub", "") is None:
+        now = int(time.time())
+        signed = jwt.encode(
+            {"alg": "ES256", "kid": "k1"}, {"iss": ISSUER, "aud": AUDIENCE, "exp": now + 60}, key
+        )
+    with pytest.raises(Unauthorized, match=says):
+        await tokens.identity("Bearer " + signed)
+    # an audience list naming this edge is accepted
+    ok = await tokens.identity("Bearer " + token(key, aud=["another", AUDIENCE]))
+    assert ok.subject == "alice"
