@@ -20,6 +20,7 @@ identity provider's key rotation needs no restart of the edge.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -32,8 +33,10 @@ from joserfc.errors import (
     BadSignatureError,
     ExpiredTokenError,
     InvalidClaimError,
+    InvalidKeyIdError,
     JoseError,
     MissingClaimError,
+    UnsupportedAlgorithmError,
 )
 from joserfc.jwk import KeySet
 
@@ -152,16 +155,16 @@ class TokenVerifier:
             decoded = jwt.decode(token, self.keys, algorithms=s.edge_jwt_algorithms)
         except BadSignatureError:
             raise Unauthorized("the token's signature does not verify") from None
+        except InvalidKeyIdError:
+            raise Unauthorized(
+                f"unknown key: the token names key id {_shown(_kid_of(token))}, which the "
+                "JWKS does not hold"
+            ) from None
+        except UnsupportedAlgorithmError:
+            raise Unauthorized(
+                f"the token's algorithm is not one this edge accepts ({', '.join(s.edge_jwt_algorithms)})"
+            ) from None
         except JoseError as exc:
-            text = str(exc)
-            if "kid" in text.lower() or exc.__class__.__name__ in (
-                "InvalidKeyIdError",
-                "MissingKeyError",
-            ):
-                raise Unauthorized(
-                    f"unknown key: the token names key id {_shown(_kid_of(token))}, which "
-                    "the JWKS does not hold"
-                ) from None
             raise Unauthorized(f"the token cannot be read ({exc.__class__.__name__})") from None
         except ValueError as exc:
             raise Unauthorized(f"the token cannot be read ({exc.__class__.__name__})") from None
@@ -233,8 +236,6 @@ def _groups(claims: dict[str, Any], path: str) -> tuple[str, ...]:
 
 def _kid_of(token: str) -> Any:
     """The `kid` of a token's (unverified) header, for messages and refreshes only."""
-    import base64
-
     head = token.split(".", 1)[0]
     try:
         header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))

@@ -147,3 +147,19 @@ async def test_claims_are_checked_each_with_its_reason(tmp_path, claims, says) -
     # an audience list naming this edge is accepted
     ok = await tokens.identity("Bearer " + token(key, aud=["another", AUDIENCE]))
     assert ok.subject == "alice"
+
+
+async def test_a_token_of_an_algorithm_not_accepted_is_refused_as_such(tmp_path) -> None:
+    key = ECKey.generate_key("P-256", parameters={"kid": "k1"})
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps(KeySet([key]).as_dict(private=False)))
+    tokens = TokenVerifier(
+        Settings(
+            edge_jwt_jwks_file=jwks,
+            edge_jwt_issuer=ISSUER,
+            edge_jwt_audience=AUDIENCE,
+            edge_jwt_algorithms=["RS256"],
+        )
+    )
+    with pytest.raises(Unauthorized, match="algorithm is not one this edge accepts"):
+        await tokens.identity("Bearer " + token(key))
