@@ -336,3 +336,30 @@ def test_the_gateway_says_at_start_what_the_policy_leaves_open(caplog, settings,
     [record] = [r for r in caplog.records if r.name.startswith("gateway")]
     assert record.levelname == level
     assert says in record.getMessage()
+
+
+def test_a_request_rejected_unjudged_still_names_who_sent_it(edge):
+    """agent_not_allowed (and events_lagging) are decided without judging; the decision
+    names the verified sender all the same."""
+    pair = make_pair(Verifier({edge.key_id: edge.public_key()}), (RULE,))
+    decided = []
+    original = pair.effects.decision
+
+    def keep(r, record, decision, *rest):
+        decided.append(decision)
+        return original(r, record, decision, *rest)
+
+    pair.effects.decision = keep  # type: ignore[method-assign]
+    value = orjson.dumps(answer())
+    headers = [
+        (HEADER_CORRELATION_ID, b"c-1"),
+        (HEADER_AGENT, b"someone-else"),
+        *edge.headers(ALICE, b"someone-else", b"t1", b"c-1", value),
+    ]
+    f = Feed()
+    pair.take("requests", [f.rec("requests", value, 30, headers=headers)])
+    pair.set_fence(events_end=0)
+    pair.process(events_position=0, mono_now=0.0, wall_ms=0)
+    [decision] = decided
+    assert [r.code for r in decision.reasons] == ["agent_not_allowed"]
+    assert decision.identity is not None and decision.identity.subject == "alice"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.codec.records import (
@@ -30,7 +30,17 @@ from gateway.codec.records import (
     peek_type,
     stream_type,
 )
-from gateway.core import Change, Policy, Reason, Rule, RunStatus, ThreadState, Warn, apply_event
+from gateway.core import (
+    Change,
+    Decision,
+    Policy,
+    Reason,
+    Rule,
+    RunStatus,
+    ThreadState,
+    Warn,
+    apply_event,
+)
 from gateway.core.values.approvers import ApproverRule
 from gateway.core.values.findings import Finding
 from gateway.kafka.pairs import shaping
@@ -297,7 +307,7 @@ class PartitionPair:
     ) -> None:
         """Reject a request whose agent is not usable: never judged, nothing remembered;
         the rejections topic and its reply topic get the verdict (naming no agent)."""
-        decision = rejected(Reason(why.code), why.detail, thread_id)
+        decision = self._identified(rejected(Reason(why.code), why.detail, thread_id), record)
         own = self.layout.group is None  # on an agent's own topic: that agent's record
 
         def reject() -> None:
@@ -330,7 +340,7 @@ class PartitionPair:
             "events side lagging past merge_max_wait_ms; request rejected as events_lagging",
             extra={"agent": self.agent, "partition": self.partition, "waited_s": round(waited, 3)},
         )
-        decision = lagging(thread_id, waited)
+        decision = self._identified(lagging(thread_id, waited), record)
 
         def reject() -> None:
             self.round.decided.append(record.received)
@@ -342,6 +352,12 @@ class PartitionPair:
         if exc is not None:
             self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent)
         self.defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
+
+    def _identified(self, decision: Decision, record: InRecord) -> Decision:
+        """A decision made without judging, naming who sent the request when its identity
+        headers verify (as a judged one does)."""
+        identity = caller_of(record, self.ctx.verifier, "", None).identity
+        return decision if identity is None else replace(decision, identity=identity)
 
     def _judge_one(self, record: InRecord, agent: str, thread_id: str | None, now_ms: int) -> None:
         key = self.layout.key
