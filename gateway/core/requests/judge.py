@@ -230,7 +230,7 @@ def _judge(
                 first.setdefault(ids[index], index)
             answers = _judge_open(state, model, first, now_ms, found)
             if policy.approvers:
-                _judge_approvers(state, answers, first, policy.approvers, caller, found)
+                _judge_approvers(answers, first, policy.approvers, caller, found)
             not_open = list(compress(range(len(ids)), map(not_, kept)))
             if not policy.strict:
                 entries_stripped = list(zip(repeat("resume"), not_open))
@@ -376,7 +376,6 @@ def _judge_open(
 
 
 def _judge_approvers(
-    state: ThreadState,
     answers: list[Answer],
     first: dict[str, int],
     rules: tuple[ApproverRule, ...],
