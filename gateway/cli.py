@@ -238,6 +238,19 @@ def _parser() -> argparse.ArgumentParser:
         default=300.0,
         help="longest time to read the topic to its end, in seconds (default 300)",
     )
+    # --- keys (signing keys for verified approvers) ---
+    keys = commands.add_parser(
+        "keys",
+        help="make a signing key for attesting identities (docs: verified approvers)",
+        description="Write a new Ed25519 private key (PEM, PKCS#8, readable by its owner only) "
+        "for the edge or a service to sign identities with (attest_key_id, "
+        "attest_private_key_file), and print the line that makes the gateway trust its "
+        "public key (attest_trusted_keys).",
+    )
+    keys.add_argument("--key-id", required=True, help="the key's id, e.g. edge-2026-01")
+    keys.add_argument(
+        "--out", required=True, help="the private key file to write (never overwritten)"
+    )
     return parser
 
 
@@ -278,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.commands import check
 
         return check.main(args.events, args.input, args.now, args.strict)
+    if args.command == "keys":
+        from gateway.commands import keys
+
+        return keys.main(args.key_id, args.out)
     from pydantic import ValidationError
 
     from gateway.settings import Settings, SettingsSourceError, error_lines

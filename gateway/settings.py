@@ -95,6 +95,50 @@ class AgentGroup(BaseModel):
         return not self.agents and self.agent_pattern is None
 
 
+class ApproverSetting(BaseModel):
+    """One rule of the approver policy (`approvers`): who may answer, and who may abandon,
+    the interrupts of an agent (or a group's agents, or any: "*") with a reason (or any:
+    "*"). The most specific rule that applies to an interrupt governs it; an interrupt no
+    rule names may be answered by anyone."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    agent: str = "*"
+    """The agent, or the group, whose interrupts this rule governs; "*": every agent."""
+    reason: str = "*"
+    """The interrupt `reason` it governs (e.g. "tool_call", "payment"); "*": every reason."""
+    answer_subjects: list[str] = []
+    """Subjects (the verified identity's `sub`) that may answer (status `resolved`); "*":
+    any verified identity."""
+    answer_groups: list[str] = []
+    """Groups or roles (from the token's groups claim) whose members may answer. With no
+    subjects and no groups: any verified identity (and an unattested one if `unattested`)."""
+    abandon_subjects: list[str] | None = None
+    """Subjects that may abandon (status `cancelled`); unset with abandon_groups unset: the
+    same as may answer."""
+    abandon_groups: list[str] | None = None
+    """Groups or roles whose members may abandon; see abandon_subjects."""
+    unattested: bool = False
+    """Whether an answer with no verified identity is accepted (only where the lists name
+    nobody): false rejects it `approver_unverified`."""
+
+    def rule(self) -> Any:
+        """The core's value for this rule (`gateway.core.values.approvers.ApproverRule`)."""
+        from gateway.core.values.approvers import ApproverRule
+
+        return ApproverRule(
+            agent=self.agent,
+            reason=self.reason,
+            answer_subjects=tuple(self.answer_subjects),
+            answer_groups=tuple(self.answer_groups),
+            abandon_subjects=None
+            if self.abandon_subjects is None
+            else tuple(self.abandon_subjects),
+            abandon_groups=None if self.abandon_groups is None else tuple(self.abandon_groups),
+            unattested=self.unattested,
+        )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="AGUI_GATEWAY_", frozen=True, extra="forbid", use_attribute_docstrings=True
@@ -164,6 +208,53 @@ class Settings(BaseSettings):
     # --- Judging ---------------------------------------------------------------------
     strict: bool = False
     """Unrecognised resume entries and unknown threads reject instead of warn."""
+
+    # --- Approvers: who may answer (docs/guides/approvers.md) --------------------------
+    approvers: list[ApproverSetting] = []
+    """The approver policy: rules saying who may answer or abandon which agents'
+    interrupts, by reason. None (the default): anyone who can publish to a requests topic
+    or reach the edge may answer any interrupt, as the gateway warns at start."""
+    attest_trusted_keys: dict[str, str] = {}
+    """The gateway's trusted keys, by key id: Ed25519 public keys (base64 of the 32 bytes,
+    or PEM) whose signatures on a request's identity headers it believes. Several at once:
+    trust a new key before anyone signs with it, drop an old one after its last request
+    was judged. Identity headers signed with any other key are never trusted."""
+    attest_trusted_keys_file: Path | None = None
+    """More trusted keys, in a file (a JSON object or TOML: key id = public key) that the
+    gateway reads again when it changes, so keys rotate without a restart. A file that
+    cannot be read at start stops the gateway; later, the keys it gave last are kept and
+    the problem is logged."""
+    attest_keys_reload_s: float = Field(default=5.0, gt=0)
+    """Longest interval between two looks at attest_trusted_keys_file for a change."""
+    attest_key_id: str | None = None
+    """The edge's (or a GatewayClient's) signing key id: the id the gateway trusts its
+    public key under."""
+    attest_private_key_file: Path | None = None
+    """The edge's (or a GatewayClient's) Ed25519 private key (PEM, PKCS#8): signs the
+    identity it verified onto each request record. Read at start, never logged."""
+
+    @model_validator(mode="after")
+    def _signing_key_named(self) -> Settings:
+        if (self.attest_key_id is None) != (self.attest_private_key_file is None):
+            raise ValueError(
+                "attest_key_id and attest_private_key_file are set together (a key and its id)"
+            )
+        return self
+
+    @field_validator("attest_trusted_keys")
+    @classmethod
+    def _trusted_keys_read(cls, value: dict[str, str]) -> dict[str, str]:
+        from gateway.kafka.wire.trustedkeys import public_key
+
+        problems = []
+        for key_id, text in value.items():
+            try:
+                public_key(text)
+            except ValueError as exc:
+                problems.append(f"key {key_id!r}: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
     # --- Processing ------------------------------------------------------------------
     merge_max_wait_ms: int = Field(
@@ -308,6 +399,11 @@ class Settings(BaseSettings):
     """Run requests waiting per partition before it is paused."""
     bridge_http_port: int = Field(default=9465, ge=0, le=65535)
     """Port of the bridge's /healthz, /readyz, /metrics (0: any free port)."""
+    bridge_identity_header: str = Field(default="X-AGUI-Identity", pattern=r"^[A-Za-z0-9-]+$")
+    """HTTP header of the bridge's POST that carries who answered the interrupts it
+    resumes (the gateway's verified identity, as JSON: subject, groups, issuer, signer);
+    absent when the request was unattested. An agent's configured header of this name is
+    never sent."""
 
     @field_validator("bridge_runs_topic")
     @classmethod
@@ -370,6 +466,59 @@ class Settings(BaseSettings):
     """How often the open page refreshes its per-agent summary and the view's lag."""
     inbox_page_max_body_bytes: int = Field(default=1_000_000, ge=1)
     """Largest answer form (or JSON check) the page accepts; beyond it 413."""
+
+    edge_jwt_jwks_file: Path | None = None
+    """Verify callers' bearer tokens (JWT) with the keys of this JWKS file; with it (or
+    edge_jwt_jwks_url) every run request needs a valid token, else 401. Unset (with the
+    URL unset): callers are not verified and their requests carry no identity."""
+    edge_jwt_jwks_url: str | None = None
+    """Verify callers' bearer tokens with the keys of this JWKS URL (fetched at start, and
+    again when a token names a key id it does not hold)."""
+    edge_jwks_min_refresh_s: float = Field(default=60.0, ge=0)
+    """Shortest interval between two fetches of edge_jwt_jwks_url."""
+    edge_jwt_issuer: str | None = None
+    """The `iss` a token must carry (needed when tokens are verified)."""
+    edge_jwt_audience: str | None = None
+    """The `aud` a token must carry (one of, when a list; needed when tokens are verified)."""
+    edge_jwt_algorithms: list[str] = ["RS256", "ES256", "EdDSA"]
+    """Signature algorithms accepted (never "none"; HMAC ones only if listed)."""
+    edge_jwt_groups_claim: str = "groups"
+    """The claim holding the caller's groups or roles: a dotted path (e.g.
+    "realm_access.roles"), a list of strings or one space-separated string."""
+    edge_jwt_leeway_s: float = Field(default=30.0, ge=0, le=600)
+    """Clock skew allowed on exp, nbf and iat."""
+
+    edge_ssl_certfile: Path | None = None
+    """Serve the edge over TLS with this certificate (PEM; with edge_ssl_keyfile)."""
+    edge_ssl_keyfile: Path | None = None
+    """The edge's TLS private key (PEM)."""
+    edge_ssl_ca_certs: Path | None = None
+    """CA certificates that client certificates are verified against (edge_client_certs)."""
+    edge_client_certs: Literal["off", "optional", "required"] = "off"
+    """TLS client certificates: "required" (the handshake fails without one signed by
+    edge_ssl_ca_certs), "optional", or "off". A verified certificate is a caller's
+    identity (subject: its commonName; groups: its organizationalUnitName values;
+    issuer: its issuer's commonName) where no bearer token is given."""
+
+    @model_validator(mode="after")
+    def _edge_tls_complete(self) -> Settings:
+        if (self.edge_ssl_certfile is None) != (self.edge_ssl_keyfile is None):
+            raise ValueError("edge_ssl_certfile and edge_ssl_keyfile are set together")
+        if self.edge_client_certs != "off" and (
+            self.edge_ssl_certfile is None or self.edge_ssl_ca_certs is None
+        ):
+            raise ValueError(
+                "edge_client_certs needs TLS (edge_ssl_certfile, edge_ssl_keyfile) and the "
+                "client certificates' CA (edge_ssl_ca_certs)"
+            )
+        return self
+
+    @field_validator("edge_jwt_algorithms")
+    @classmethod
+    def _no_none_algorithm(cls, value: list[str]) -> list[str]:
+        if any(a.lower() == "none" for a in value) or not value:
+            raise ValueError('list signature algorithms, never "none"')
+        return value
 
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod

@@ -86,8 +86,15 @@ def _default(field: Any) -> str:
 
 def settings() -> str:
     """Every setting of `gateway/settings.py`: name, environment variable, type, default,
-    meaning; then the fields of the nested models (a bridge endpoint, an agent group)."""
-    from gateway.settings import AgentGroup, BridgeAgent, Settings, setting_fields
+    meaning; then the fields of the nested models (a bridge endpoint, an agent group, an
+    approver rule)."""
+    from gateway.settings import (
+        AgentGroup,
+        ApproverSetting,
+        BridgeAgent,
+        Settings,
+        setting_fields,
+    )
 
     fields = Settings.model_fields
     rows, missing = [], []
@@ -109,6 +116,7 @@ def settings() -> str:
     for model, title in (
         (BridgeAgent, "A bridge endpoint (`bridge_agents` values, `bridge_default`)"),
         (AgentGroup, "An agent group (`groups` values)"),
+        (ApproverSetting, "An approver rule (`approvers` items)"),
     ):
         nested = []
         for name, field in model.model_fields.items():

@@ -44,6 +44,8 @@ class RunRequest:
     value: bytes  # the RunAgentInput, as forwarded by the gateway
     correlation_id: str | None = None
     agent: str | None = None  # the agent its agui-agent header names, if any
+    # who answered, as the gateway verified it: its agui-identity header, as ASCII JSON
+    identity: str | None = None
 
     @property
     def thread(self) -> Thread:

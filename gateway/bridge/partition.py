@@ -98,6 +98,7 @@ class PartitionRuns:
         metrics: BridgeMetrics,
         max_event_bytes: int,
         grouped: bool = False,
+        identity_header: str = "X-AGUI-Identity",
     ) -> None:
         self.owner = owner  # the agent, or the group, whose topics these are
         self.grouped = grouped
@@ -106,6 +107,7 @@ class PartitionRuns:
         self.outbox = outbox
         self.metrics = metrics
         self.max_event_bytes = max_event_bytes
+        self.identity_header = identity_header  # who answered, for the agent (its name)
         self._threads: dict[Thread, asyncio.Task[None]] = {}
         self._pending: set[int] = set()  # offsets counted in requests_pending
         self.closing = False  # no new run starts (the bridge is stopping)
@@ -194,6 +196,16 @@ class PartitionRuns:
             },
         )
 
+    def _headers(self, endpoint: AgentEndpoint, request: RunRequest) -> dict[str, str]:
+        """The POST's extra headers: the endpoint's, and who answered (when the gateway
+        verified someone) under `bridge_identity_header`, never one of the endpoint's own
+        of that name (an identity is only the gateway's to give)."""
+        name = self.identity_header.lower()
+        headers = {k: v for k, v in endpoint.headers.items() if k.lower() != name}
+        if request.identity is not None:
+            headers[self.identity_header] = request.identity
+        return headers
+
     async def _run(self, request: RunRequest) -> None:
         endpoint = self.resolve(request)
         if isinstance(endpoint, Refusal):
@@ -218,7 +230,7 @@ class PartitionRuns:
                     endpoint.client,
                     endpoint.url,
                     request.value,
-                    endpoint.headers,
+                    self._headers(endpoint, request),
                     emit,
                     self.max_event_bytes,
                 )

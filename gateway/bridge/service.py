@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 from typing import Any
@@ -33,6 +34,7 @@ from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID
 from gateway.core.values.codes import Reason
 from gateway.kafka.pairs.agents import MAX_AGENT_CHARS
 from gateway.kafka.wire import clients, txnids
+from gateway.kafka.wire.attestation import HEADER_IDENTITY, parse_forwarded
 from gateway.kafka.wire.brokerwatch import BrokerWatch
 from gateway.kafka.wire.topics import changelog_configs, ensure_topics
 from gateway.settings import BridgeAgent, Settings
@@ -282,6 +284,7 @@ class Bridge:
                 self.metrics,
                 s.bridge_max_event_bytes,
                 grouped,
+                s.bridge_identity_header,
             )
             await runs.close_restarted()
         except BaseException:
@@ -411,13 +414,32 @@ class Bridge:
 
 
 def _request(message: Any) -> RunRequest:
-    correlation = agent = None
+    correlation = agent = identity = None
     for name, value in message.headers or ():
         if name == HEADER_CORRELATION_ID and value is not None:
             correlation = value.decode("utf-8", "replace")
         elif name == HEADER_AGENT and value:
             agent = value.decode("utf-8", "replace")
-    return RunRequest(message.offset, message.key or b"", message.value or b"", correlation, agent)
+        elif name == HEADER_IDENTITY and identity is None:
+            identity = _identity_header(value)
+    return RunRequest(
+        message.offset, message.key or b"", message.value or b"", correlation, agent, identity
+    )
+
+
+def _identity_header(value: bytes | None) -> str | None:
+    """The forward's identity as an HTTP header value: its JSON, non-ASCII escaped (HTTP
+    header values are ASCII); None when absent or not an identity."""
+    identity = parse_forwarded(value)
+    if identity is None:
+        return None
+    doc = {
+        "groups": list(identity.groups),
+        "issuer": identity.issuer,
+        "signer": identity.signer,
+        "subject": identity.subject,
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def _make_client(config: BridgeAgent, shared: bool = False) -> httpx.AsyncClient:

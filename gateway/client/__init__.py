@@ -20,8 +20,13 @@ from gateway.client.replies import (
     parse_reply,
 )
 from gateway.client.runs import RunEvent, RunNotStarted, RunOverflow, RunStreamError, RunTimedOut
+from gateway.core.values.identity import Identity
+from gateway.kafka.wire.attestation import AttestationError, Signer
 
 __all__ = [
+    "AttestationError",
+    "Identity",
+    "Signer",
     "DuplicateReply",
     "ForwardReply",
     "GatewayClient",

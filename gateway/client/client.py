@@ -44,7 +44,9 @@ from gateway.client.replies import DuplicateReply, ForwardReply, RejectReply
 from gateway.client.runs import RunEvent, RunTap, RunWatch
 from gateway.codec import jsonio
 from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID, HEADER_REPLY_TO
+from gateway.core.values.identity import Identity
 from gateway.kafka.wire import clients
+from gateway.kafka.wire.attestation import AttestationError, Signer
 from gateway.settings import Settings
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(Event)
@@ -83,6 +85,8 @@ class GatewayClient:
         reply_topic_partitions: int = 1,
         settings: Settings | None = None,
         event_buffer: int = 10_000,
+        identity: Identity | None = None,
+        signer: Signer | None = None,
     ) -> None:
         if not reply_topic:
             raise ValueError("GatewayClient needs a reply_topic")
@@ -99,6 +103,18 @@ class GatewayClient:
         self.create_reply_topic = create_reply_topic
         self.reply_topic_partitions = reply_topic_partitions
         self.event_buffer = event_buffer
+        # who this client's requests come from, signed with `signer` (or the settings' key)
+        self.identity = identity
+        if signer is None and settings.attest_private_key_file is not None:
+            signer = Signer.from_file(
+                settings.attest_key_id or "", settings.attest_private_key_file
+            )
+        self.signer = signer
+        if identity is not None and signer is None:
+            raise AttestationError(
+                "an identity is only carried signed: give a signer (or the settings' "
+                "attest_key_id and attest_private_key_file)"
+            )
         self._agent_name = re.compile(f"^(?:{settings.agent_name_pattern})$")
         self._producer: AIOKafkaProducer | None = None
         self._rendezvous: Rendezvous | None = None
@@ -235,26 +251,38 @@ class GatewayClient:
         return topic
 
     async def publish(
-        self, agent: str, thread_id: str, body: bytes, correlation_id: str | None = None
+        self,
+        agent: str,
+        thread_id: str,
+        body: bytes,
+        correlation_id: str | None = None,
+        identity: Identity | None = None,
     ) -> Pending:
-        """Publish a request's bytes as they are; `verdict` waits for its reply."""
+        """Publish a request's bytes as they are; `verdict` waits for its reply.
+
+        `identity` (else the client's own, if it has one) is attested on the record,
+        signed with the client's key over the identity, the bytes, the thread, the agent
+        and the correlation id."""
         assert self._producer is not None and self._rendezvous is not None, "not started"
+        identity = identity if identity is not None else self.identity
+        if identity is not None and self.signer is None:
+            raise AttestationError("this client has no signing key: it cannot attest an identity")
         topic = await self.requests_topic(agent)
         wait = self._send_after - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
         cid, future = self._rendezvous.expect(correlation_id or uuid.uuid4().hex)
+        key = thread_id.encode()
+        headers = [
+            (HEADER_CORRELATION_ID, cid.encode()),
+            (HEADER_REPLY_TO, self.reply_topic.encode()),
+            (HEADER_AGENT, agent.encode()),
+        ]
         try:
-            await self._producer.send_and_wait(
-                topic,
-                body,
-                key=thread_id.encode(),
-                headers=[
-                    (HEADER_CORRELATION_ID, cid.encode()),
-                    (HEADER_REPLY_TO, self.reply_topic.encode()),
-                    (HEADER_AGENT, agent.encode()),
-                ],
-            )
+            if identity is not None:
+                assert self.signer is not None
+                headers += self.signer.headers(identity, agent.encode(), key, cid.encode(), body)
+            await self._producer.send_and_wait(topic, body, key=key, headers=headers)
         except BaseException:
             self._rendezvous.forget(cid)
             raise
@@ -279,10 +307,12 @@ class GatewayClient:
         run_input: RunAgentInput | dict[str, Any],
         timeout: float = 10.0,
         correlation_id: str | None = None,
+        identity: Identity | None = None,
     ) -> ForwardReply | RejectReply | DuplicateReply:
-        """Publish one run input and return the gateway's typed verdict."""
+        """Publish one run input and return the gateway's typed verdict (`identity`: as
+        `publish`)."""
         thread_id, _run_id, body = encode_input(run_input)
-        pending = await self.publish(agent, thread_id, body, correlation_id)
+        pending = await self.publish(agent, thread_id, body, correlation_id, identity)
         return await self.verdict(pending, timeout)
 
     # --- runs ------------------------------------------------------------------------------
@@ -327,6 +357,7 @@ class GatewayClient:
         body: bytes,
         timeout: float,
         correlation_id: str | None = None,
+        identity: Identity | None = None,
     ) -> tuple[AnyReply, RunWatch | None]:
         """Watch the run, then publish its request and wait for the verdict.
 
@@ -338,7 +369,7 @@ class GatewayClient:
         # before the request exists: nothing is missed
         watch = tap.watch(thread_id, run_id, agent)
         try:
-            pending = await self.publish(agent, thread_id, body, correlation_id)
+            pending = await self.publish(agent, thread_id, body, correlation_id, identity)
             reply = await self.verdict(pending, timeout)
         except BaseException:
             tap.unwatch(watch)

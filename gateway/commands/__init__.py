@@ -6,6 +6,7 @@
 - `edge`: AG-UI over HTTP in front of the gateway (`gateway.edge`);
 - `demo`: the gateway with simulated agents and clients (`gateway.demo`);
 - `topics`: an agent's topic set; `acls`: a gateway principal's ACLs;
+- `keys`: a signing key for attesting identities (verified approvers);
 - `lifecycle`: what the long-lived commands share (HTTP while running, signals,
   fatal errors as JSON log records, a bounded stop).
 

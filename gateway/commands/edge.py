@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import sys
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from gateway.edge.app import Edge
+from gateway.edge.auth import JwksError
 from gateway.edge.guard import guarded_protocol
 from gateway.kafka.wire import clients
+from gateway.kafka.wire.attestation import AttestationError
 from gateway.observe import logs
 from gateway.settings import Settings
 
@@ -34,11 +38,28 @@ async def serve(settings: Settings) -> bool:
         http=guarded_protocol(
             settings.edge_header_timeout_s, settings.edge_max_connections, edge.metrics
         ),
+        **_tls(settings),
     )
     _check_open_file_limit(settings.edge_max_connections)
     server = uvicorn.Server(config)
     await server.serve()
     return bool(server.started)
+
+
+def _tls(settings: Settings) -> dict[str, Any]:
+    """uvicorn's TLS settings: the edge's certificate and, with edge_client_certs, the
+    client certificates' CA and whether one is required."""
+    if settings.edge_ssl_certfile is None:
+        return {}
+    reqs = {"off": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+    tls: dict[str, Any] = {
+        "ssl_certfile": str(settings.edge_ssl_certfile),
+        "ssl_keyfile": str(settings.edge_ssl_keyfile),
+        "ssl_cert_reqs": reqs[settings.edge_client_certs],
+    }
+    if settings.edge_ssl_ca_certs is not None:
+        tls["ssl_ca_certs"] = str(settings.edge_ssl_ca_certs)
+    return tls
 
 
 def _check_open_file_limit(max_connections: int) -> None:
@@ -72,6 +93,9 @@ def main(settings: Settings) -> int:
                 file=sys.stderr,
             )
             return 2
+    except (JwksError, AttestationError) as exc:  # keys that cannot be used: said, exit 2
+        log.error(f"agui-gateway edge: {exc}")
+        return 2
     except KeyboardInterrupt:
         pass
     except OSError as exc:

@@ -13,7 +13,10 @@ run on the group's events topic by agent and thread:
 - no verdict within `edge_verdict_timeout_s`: 504; an unknown agent: 404;
   a body over `edge_max_body_bytes`: 413; `edge_max_streams` open: 503;
 - a body not read whole within `edge_body_timeout_s` of the headers: 408, and the
-  connection is closed (the headers' deadline and the connection cap: `guard.py`).
+  connection is closed (the headers' deadline and the connection cap: `guard.py`);
+- with tokens verified (`auth.py`), no valid bearer token: 401 and why. The caller's
+  identity is then attested on the request record, signed with the edge's key
+  (`attest_private_key_file`), for the gateway's approver policy.
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ from gateway.client import (
 from gateway.client.replies import ForwardReply
 from gateway.codec import jsonio
 from gateway.core.values.codes import Reason, Verdict
-from gateway.edge.guard import BODY_TIMEOUT
+from gateway.core.values.identity import Identity
+from gateway.edge import auth
+from gateway.edge.auth import TokenVerifier, Unauthorized
+from gateway.edge.guard import BODY_TIMEOUT, PEER_CERT
 from gateway.edge.metrics import NO_VERDICT, EdgeMetrics
 from gateway.edge.stream import run_frames
 from gateway.kafka.wire import clients
@@ -77,11 +83,31 @@ class Edge:
         self.broker = BrokerWatch(
             lambda: clients.probe(self.client.producer), settings.broker_timeout_s
         )
+        self.tokens: TokenVerifier | None = None
+        self.client_certs = settings.edge_client_certs != "off"
+        if auth.enabled(settings) or self.client_certs:
+            if self.client.signer is None:
+                raise auth.JwksError(
+                    "verifying callers needs a key to attest their identity to the "
+                    "gateway: set attest_key_id and attest_private_key_file"
+                )
+        if auth.enabled(settings):
+            self.tokens = TokenVerifier(settings)
 
     # --- endpoints -------------------------------------------------------------------------
 
     async def run_agent(self, request: Request) -> Response:
         agent = request.path_params["agent"]
+        identity: Identity | None = None
+        if self.tokens is not None or self.client_certs:
+            try:
+                identity = await self._caller(request)
+            except Unauthorized as exc:
+                response = self._answer(
+                    NO_VERDICT, 401, {"error": "unauthorized", "detail": exc.detail}
+                )
+                response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+                return response
         try:
             async with asyncio.timeout(self.settings.edge_body_timeout_s):
                 body = await _read_body(request, self.settings.edge_max_body_bytes)
@@ -129,7 +155,12 @@ class Edge:
         started = time.monotonic()
         try:
             reply, watch = await self.client.open_run(
-                agent, thread_id, run_id, body, self.settings.edge_verdict_timeout_s
+                agent,
+                thread_id,
+                run_id,
+                body,
+                self.settings.edge_verdict_timeout_s,
+                identity=identity,
             )
         except UnknownAgent as exc:
             return self._answer(NO_VERDICT, 404, {"error": "unknown_agent", "detail": str(exc)})
@@ -170,6 +201,17 @@ class Edge:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    async def _caller(self, request: Request) -> Identity:
+        """Who is calling: a bearer token's identity when one is given (or when no
+        client certificate came), else the verified client certificate's."""
+        authorization = request.headers.get("authorization")
+        peer = request.scope.get("state", {}).get(PEER_CERT) if self.client_certs else None
+        if self.tokens is not None and (authorization or peer is None):
+            return await self.tokens.identity(authorization)
+        if peer is None:
+            raise Unauthorized("no client certificate (and no bearer token)")
+        return auth.cert_identity(peer)
+
     def _answer(self, verdict: str, status: int, body: dict[str, Any]) -> Response:
         self.metrics.requests.labels(str(verdict), str(status)).inc()
         return Response(jsonio.dumps(body), status_code=status, media_type="application/json")
@@ -190,6 +232,8 @@ class Edge:
     def app(self) -> Starlette:
         @contextlib.asynccontextmanager
         async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+            if self.tokens is not None:
+                await self.tokens.start()
             await self.client.start()
             self.broker.start()
             log.info("edge ready", extra={"reply_topic": self.settings.edge_reply_topic})

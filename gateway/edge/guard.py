@@ -17,7 +17,8 @@ uvicorn's own h11 protocol with
   and closed at once, before anything is read from it.
 
 A request body's deadline (`edge_body_timeout_s`) is the app's (`app.py`), where the body
-is read.
+is read. Over TLS, the client's verified certificate (if it sent one) is handed to the
+app in each request's scope state (`PEER_CERT`), for `auth.py`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from gateway.edge.metrics import EdgeMetrics
 TOO_MANY_CONNECTIONS = "too_many_connections"
 HEADER_TIMEOUT = "header_timeout"
 BODY_TIMEOUT = "body_timeout"
+# The scope state's key of the TLS client certificate (as ssl's getpeercert() gives it).
+PEER_CERT = "agui_peer_cert"
 
 
 def _closing_response(status: bytes, error: str, detail: str) -> bytes:
@@ -80,6 +83,9 @@ class _GuardedH11(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        peer = transport.get_extra_info("peercert")
+        if peer:  # verified by the TLS handshake against edge_ssl_ca_certs
+            self.app_state = {**self.app_state, PEER_CERT: peer}
         self.metrics.open_connections.inc()
         if len(self.connections) > self.max_connections:
             self.metrics.connections_closed.labels(TOO_MANY_CONNECTIONS).inc()

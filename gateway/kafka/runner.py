@@ -49,6 +49,7 @@ from gateway.kafka.pairs.pair import PairContext, PartitionPair
 from gateway.kafka.pairs.slot import PairKey, PairSlot
 from gateway.kafka.pairs.sweeps import SweepPlan
 from gateway.kafka.wire import clients, fetchsessions, fetchwalk
+from gateway.kafka.wire.attestation import Verifier
 from gateway.kafka.wire.brokerwatch import BrokerWatch
 from gateway.kafka.wire.denials import ConsumerDenial
 from gateway.kafka.wire.lag import read_lag
@@ -117,6 +118,40 @@ class _Listener(ConsumerRebalanceListener):
             )
 
 
+def verifier(settings: Settings) -> Verifier | None:
+    """The identity headers' verifier, with the settings' trusted keys (None: none)."""
+    if not settings.attest_trusted_keys and settings.attest_trusted_keys_file is None:
+        return None
+    return Verifier(
+        settings.attest_trusted_keys,
+        settings.attest_trusted_keys_file,
+        settings.attest_keys_reload_s,
+    )
+
+
+def approver_warnings(settings: Settings) -> None:
+    """Say at start what the approver policy leaves open."""
+    if not settings.approvers:
+        log.warning(
+            "no approver policy (approvers): anyone who can publish to a requests topic or "
+            "reach the edge may answer or abandon any interrupt, as before there was one"
+        )
+    elif not settings.attest_trusted_keys and settings.attest_trusted_keys_file is None:
+        log.warning(
+            "an approver policy with no trusted keys (attest_trusted_keys): no identity can "
+            "be verified, so every answer its rules govern is approver_unverified unless "
+            "they accept unattested ones"
+        )
+    else:
+        log.info(
+            "approver policy",
+            extra={
+                "rules": len(settings.approvers),
+                "trusted_keys": sorted(settings.attest_trusted_keys),
+            },
+        )
+
+
 class Gateway:
     def __init__(
         self, settings: Settings, metrics: Metrics, wall_clock: Callable[[], float] = time.time
@@ -138,7 +173,10 @@ class Gateway:
             metrics=metrics,
             limiter=self.limiter,
             topic_exists=self.reply_topics.allowed,
+            approvers=tuple(rule.rule() for rule in settings.approvers),
+            verifier=verifier(settings),
         )
+        approver_warnings(settings)
         self.status = Status(metrics.gauges)
         self.consumer: AIOKafkaConsumer | None = None
         self.admin: AIOKafkaAdminClient | None = None

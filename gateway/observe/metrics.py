@@ -105,6 +105,10 @@ def event_type_label(event_type: object) -> str:
     return event_type if isinstance(event_type, str) and event_type in KNOWN_TYPES else "unknown"
 
 
+# The `result` label of the identities counter.
+IDENTITY_RESULTS = ("verified", "unverified", "unattested")
+
+
 # --- the label policy -------------------------------------------------------------------
 # Families the shell updates per agent, by attribute, with their labels as the shell
 # passes them (`agent` first). Under `full` every one of them is exported.
@@ -123,6 +127,7 @@ PER_AGENT_CALLS: dict[str, tuple[str, ...]] = {
     "events": ("agent", "type"),
     "protocol_violations": ("agent", "rule"),
     "merge_wait_expired": ("agent",),
+    "identities": ("agent", "result"),
 }
 # Under `dashboard`, the labels a family keeps where they are not all its detail: the
 # interrupt response histogram keeps the reason (a machine's answer or a person's) but
@@ -203,6 +208,12 @@ class Metrics:
 
         self.requests = agent_counter("requests", "Run requests decided, by verdict.")
         self.rejections = agent_counter("rejections", "Rejection reasons (one per reason).")
+        self.identities = agent_counter(
+            "identities",
+            "Requests judged, by who sent them: verified (a trusted key's signature), "
+            "unverified (identity headers not believed: forged, tampered or an unknown "
+            "key), unattested (none).",
+        )
         self.warnings = agent_counter("warnings", "Warnings raised, by code.")
         self.warnings_suppressed = agent_counter(
             "warnings_suppressed", "Identical warnings not re-published (rate limit)."
@@ -311,6 +322,7 @@ class Metrics:
         prime(self.protocol_violations, (str(rule) for rule in Rule))
         prime(self.requests, (str(verdict) for verdict in Verdict))
         prime(self.rejections, (str(reason) for reason in Reason))
+        prime(self.identities, IDENTITY_RESULTS)
         prime(self.warnings, (str(code) for code in Warn))
         if agent is not None:
             for family in (

@@ -29,6 +29,8 @@ def test_the_codes_are_the_documented_strings():
         "agent_missing",
         "agent_name_illegal",
         "agent_not_allowed",
+        "approver_not_allowed",
+        "approver_unverified",
     } == {str(r) for r in Reason}
     assert {
         "unrecognised_entry",

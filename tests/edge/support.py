@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import ssl
 import time
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,17 @@ from tests.integration.support import GATEWAY_BIN, REPO_ROOT, Namespace, free_po
 class EdgeProcess:
     """One `agui-gateway edge` subprocess on its own port, logging to a file."""
 
-    def __init__(self, ns: Namespace, log_dir: Path, name: str = "edge", **settings: Any) -> None:
+    def __init__(
+        self,
+        ns: Namespace,
+        log_dir: Path,
+        name: str = "edge",
+        *,
+        tls_ca: Path | None = None,
+        **settings: Any,
+    ) -> None:
         self.ns = ns
+        self.tls_ca = tls_ca  # over TLS: the CA its certificate is verified against
         self.port = free_port()
         self.log_path = log_dir / f"{name}.log"
         self.settings = {
@@ -31,7 +41,8 @@ class EdgeProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls_ca is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     async def start(self, ready_timeout: float = 60) -> EdgeProcess:
         env = self.ns.env(edge_port=self.port, **self.settings)
@@ -41,7 +52,10 @@ class EdgeProcess:
         )
         log.close()
         deadline = time.monotonic() + ready_timeout
-        async with httpx.AsyncClient() as http:
+        verify: Any = True
+        if self.tls_ca is not None:
+            verify = ssl.create_default_context(cafile=str(self.tls_ca))
+        async with httpx.AsyncClient(verify=verify) as http:
             while time.monotonic() < deadline:
                 if self.proc.returncode is not None:
                     raise AssertionError(f"edge exited {self.proc.returncode}:\n{self.log_tail()}")

@@ -27,8 +27,9 @@ from gateway.core.reading.shape import (
     remove_paths,
 )
 from gateway.core.requests.sweep import answered_ids
+from gateway.core.values.approvers import Allowed, ApproverRule, rule_for
 from gateway.core.values.codes import Reason, Verdict, Warn
-from gateway.core.values.decision import Answer, Decision, Policy
+from gateway.core.values.decision import Answer, Caller, Decision, Policy
 from gateway.core.values.findings import Finding, clip, pointer, preview
 from gateway.core.values.jsontext import to_json
 from gateway.core.values.thread import (
@@ -41,6 +42,7 @@ from gateway.core.values.thread import (
 )
 
 _DEFAULT_POLICY = Policy()
+_NOBODY = Caller()
 # Stripped members are each a warning up to this many; the rest are counted in one more.
 MAX_STRIP_WARNINGS = 50
 # Reasons or warnings of one code that name one entry each (duplicate and unrecognised
@@ -105,12 +107,31 @@ def judge(
     now_ms: int,
     policy: Policy = _DEFAULT_POLICY,
     thread_id: str | None = None,
+    *,
+    caller: Caller | None = None,
 ) -> tuple[Decision, ThreadState | None]:
     """Judge `raw` (one RunAgentInput, as decoded JSON) at `now_ms` (epoch ms).
 
     `thread_id` is where the request was addressed (the record key); None
-    takes the input's own threadId.
+    takes the input's own threadId. `caller` is who sent it and for which agent, as the
+    shell verified (None: unattested, for an agent no approver rule names); the
+    decision carries its identity.
     """
+    caller = caller if caller is not None else _NOBODY
+    decision, new = _judge(state, raw, now_ms, policy, thread_id, caller)
+    if caller.identity is not None:
+        decision = replace(decision, identity=caller.identity)
+    return decision, new
+
+
+def _judge(
+    state: ThreadState | None,
+    raw: object,
+    now_ms: int,
+    policy: Policy,
+    thread_id: str | None,
+    caller: Caller,
+) -> tuple[Decision, ThreadState | None]:
     found = _Findings()
     if not isinstance(raw, dict):
         found.reject(Reason.MALFORMED_INPUT, "a RunAgentInput must be a JSON object", path="")
@@ -208,6 +229,8 @@ def judge(
             for index in compress(range(len(ids)), kept):
                 first.setdefault(ids[index], index)
             answers = _judge_open(state, model, first, now_ms, found)
+            if policy.approvers:
+                _judge_approvers(answers, first, policy.approvers, caller, found)
             not_open = list(compress(range(len(ids)), map(not_, kept)))
             if not policy.strict:
                 entries_stripped = list(zip(repeat("resume"), not_open))
@@ -350,6 +373,51 @@ def _judge_open(
         if interrupt.response_schema is not None or interrupt.response_schema_unusable:
             _check_payload(interrupt, entry.payload, index, found)
     return answers
+
+
+def _judge_approvers(
+    answers: list[Answer],
+    first: dict[str, int],
+    rules: tuple[ApproverRule, ...],
+    caller: Caller,
+    found: _Findings,
+) -> None:
+    """One reason per answered or abandoned interrupt whose rule does not allow the caller."""
+    for answer in answers:
+        rule = rule_for(rules, caller.agent, caller.group, answer.reason)
+        if rule is None:
+            continue
+        allowed = rule.allows(caller.identity, answer.status)
+        if allowed is Allowed.YES:
+            continue
+        doing = "answer" if answer.status == "resolved" else "abandon"
+        where = pointer("resume", first[answer.interrupt_id])
+        what = f"interrupt {preview(answer.interrupt_id)} ({preview(answer.reason)})"
+        if allowed is Allowed.UNVERIFIED:
+            why = caller.unverified or "the request carries no identity"
+            found.reject(
+                Reason.APPROVER_UNVERIFIED,
+                f"{what} may only be {doing}ed by a verified approver, and {clip(why)}",
+                interrupt_id=answer.interrupt_id,
+                path=where,
+            )
+        else:
+            assert caller.identity is not None
+            found.reject(
+                Reason.APPROVER_NOT_ALLOWED,
+                f"{preview(caller.identity.subject)} may not {doing} {what}: the approver "
+                f"policy names {_named(rule, answer.status)}",
+                interrupt_id=answer.interrupt_id,
+                path=where,
+            )
+
+
+def _named(rule: ApproverRule, status: str) -> str:
+    subjects, groups = rule.who(status)
+    parts = [f"subjects {', '.join(map(preview, subjects[:5]))}"] if subjects else []
+    if groups:
+        parts.append(f"groups {', '.join(map(preview, groups[:5]))}")
+    return clip(" and ".join(parts) or "nobody", 200)
 
 
 def _check_payload(interrupt: InterruptRecord, payload: Any, index: int, found: _Findings) -> None:

@@ -37,6 +37,9 @@ class Reason(StrEnum):
     AGENT_MISSING = "agent_missing"  # no agui-agent header on a group's record
     AGENT_NAME_ILLEGAL = "agent_name_illegal"  # not UTF-8, or not matching agent_name_pattern
     AGENT_NOT_ALLOWED = "agent_not_allowed"  # not one of the group's (or not the topic's) agent
+    # Who answered, under the approver policy (one per offending interrupt):
+    APPROVER_NOT_ALLOWED = "approver_not_allowed"  # verified, but not one the policy names
+    APPROVER_UNVERIFIED = "approver_unverified"  # no verified identity where one is wanted
 
 
 class Warn(StrEnum):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.core.values.approvers import ApproverRule
 from gateway.core.values.codes import Verdict
 from gateway.core.values.findings import Finding
 from gateway.core.values.identity import Identity
@@ -15,10 +16,29 @@ class Policy:
     """How strictly the judge reads a request.
 
     strict: unrecognised resume entries and unknown threads reject the
-    request instead of producing a warning.
+    request instead of producing a warning. approvers: who may answer which
+    interrupts (`approvers.py`); none: anyone, as before there was a policy.
     """
 
     strict: bool = False
+    approvers: tuple[ApproverRule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request, and to whom, as the shell saw it: what the approver policy
+    judges with.
+
+    identity: verified (None: unattested). unverified: why identity headers the request
+    carried were not trusted (None: it carried none, or they were verified). agent and
+    group: the agent the request is for and the group whose topics carry it (None: an
+    agent of its own topics), to pick the policy's rule.
+    """
+
+    identity: Identity | None = None
+    unverified: str | None = None
+    agent: str | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

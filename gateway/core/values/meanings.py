@@ -46,6 +46,12 @@ REASONS: Mapping[Reason, str] = {
     Reason.AGENT_NOT_ALLOWED: "its `agui-agent` header names an agent the group does not "
     "admit (another group's, or one with topics of its own); on an agent's own topics, a "
     "header naming another agent",
+    Reason.APPROVER_NOT_ALLOWED: "an entry answers (or abandons) an interrupt whose approver "
+    "policy does not name the request's verified identity (its subject, or one of its groups) "
+    "for that status; one per such interrupt",
+    Reason.APPROVER_UNVERIFIED: "an entry answers (or abandons) an interrupt whose approver "
+    "policy wants a verified identity, and the request carries none the gateway could verify "
+    "(no identity headers, an unknown key id, a bad signature: the detail says which)",
 }
 
 WARNINGS: Mapping[Warn, str] = {

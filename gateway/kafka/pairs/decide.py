@@ -1,13 +1,15 @@
 """What a request decides, given its thread's state: the verdict, the new state, the forward.
 
 Pure (no round, no Kafka, no clock): the pair hands in the record, the state it
-reads through its layers and the time; what the decision writes is `effects.py`'s.
+reads through its layers, the time and who sent it (the `Caller` the shell verified:
+`gateway.kafka.wire.attestation.caller_of`, so that the core stays free of crypto);
+what the decision writes is `effects.py`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.codec.records import (
@@ -17,7 +19,7 @@ from gateway.codec.records import (
     decode_json,
     forward_bytes,
 )
-from gateway.core import Decision, Policy, Reason, ThreadState, Verdict, judge
+from gateway.core import Caller, Decision, Policy, Reason, ThreadState, Verdict, judge
 from gateway.core.values.findings import Finding
 from gateway.kafka.pairs import shaping
 
@@ -37,6 +39,7 @@ def decide(
     state_of: Callable[[str], ThreadState | None],
     now_ms: int,
     policy: Policy,
+    caller: Caller | None = None,
 ) -> Decided:
     decision: Decision
     new: ThreadState | None = None
@@ -55,7 +58,9 @@ def decide(
             decision = rejected(Reason.MALFORMED_INPUT, str(exc), thread_id, path="")
         else:
             state = state_of(thread_id)
-            decision, new = judge(state, raw, now_ms, policy, thread_id)
+            decision, new = judge(state, raw, now_ms, policy, thread_id, caller=caller)
+    if caller is not None and caller.identity is not None and decision.identity is None:
+        decision = replace(decision, identity=caller.identity)  # rejected before judging
     forward: bytes | None = None
     if decision.verdict is Verdict.FORWARD:
         # the bytes received, less what was stripped (every value exactly as sent), or

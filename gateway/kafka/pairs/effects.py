@@ -26,6 +26,7 @@ from gateway.core import Decision, Reason, Rule, ThreadState, Verdict, Warn
 from gateway.core.values.findings import Finding
 from gateway.kafka.pairs import audit, shaping
 from gateway.kafka.pairs.round import Round
+from gateway.kafka.wire.attestation import HEADER_IDENTITY, forwarded_json
 from gateway.kafka.wire.topics import LEGAL_TOPIC, AgentTopics
 from gateway.observe.metrics import Metrics, reason_label
 
@@ -128,7 +129,10 @@ class Effects:
         body: bytes | None = None  # the reply's JSON, once written
         if decision.verdict is Verdict.FORWARD:
             assert forward is not None
-            out.append(OutRecord(self.topics.run_requests, key, forward, headers))
+            forward_headers = headers
+            if decision.identity is not None:  # who answered, for the agent to log
+                forward_headers = [*headers, (HEADER_IDENTITY, forwarded_json(decision.identity))]
+            out.append(OutRecord(self.topics.run_requests, key, forward, forward_headers))
             for answer in decision.answers:
                 if answer.raised_at_ms is not None:
                     seconds = max(0.0, (record.timestamp - answer.raised_at_ms) / 1000)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.codec.records import (
@@ -30,7 +30,18 @@ from gateway.codec.records import (
     peek_type,
     stream_type,
 )
-from gateway.core import Change, Policy, Reason, Rule, RunStatus, ThreadState, Warn, apply_event
+from gateway.core import (
+    Change,
+    Decision,
+    Policy,
+    Reason,
+    Rule,
+    RunStatus,
+    ThreadState,
+    Warn,
+    apply_event,
+)
+from gateway.core.values.approvers import ApproverRule
 from gateway.core.values.findings import Finding
 from gateway.kafka.pairs import shaping
 from gateway.kafka.pairs.agents import Layout, OwnTopics, Unusable
@@ -40,6 +51,7 @@ from gateway.kafka.pairs.merge import Fence, Merge, Step
 from gateway.kafka.pairs.round import Round
 from gateway.kafka.pairs.shaping import MAX_KEY_BYTES, MAX_RECORD_BYTES
 from gateway.kafka.pairs.sweep import Sweep
+from gateway.kafka.wire.attestation import Verifier, caller_of
 from gateway.kafka.wire.topics import AgentTopics
 from gateway.observe.metrics import Metrics, event_type_label, outcome_label, reason_label
 from gateway.observe.warnings import WarningLimiter
@@ -62,6 +74,9 @@ class PairContext:
     metrics: Metrics
     limiter: WarningLimiter
     topic_exists: Callable[[str], bool]
+    # the approver policy, and the identity headers' verifier (None: no key is trusted)
+    approvers: tuple[ApproverRule, ...] = ()
+    verifier: Verifier | None = None
 
 
 class PartitionPair:
@@ -77,7 +92,7 @@ class PartitionPair:
         self.layout: Layout = layout if layout is not None else OwnTopics(topics.agent)
         self.partition = partition
         self.ctx = context
-        self.policy = Policy(strict=context.settings_strict)
+        self.policy = Policy(strict=context.settings_strict, approvers=context.approvers)
         self.metrics = context.metrics
         self.store = ThreadStore(self.layout.thread_of)  # committed states
         self.merge = Merge(context.merge_max_wait_s)  # the two inputs, buffered
@@ -292,7 +307,7 @@ class PartitionPair:
     ) -> None:
         """Reject a request whose agent is not usable: never judged, nothing remembered;
         the rejections topic and its reply topic get the verdict (naming no agent)."""
-        decision = rejected(Reason(why.code), why.detail, thread_id)
+        decision = self._identified(rejected(Reason(why.code), why.detail, thread_id), record)
         own = self.layout.group is None  # on an agent's own topic: that agent's record
 
         def reject() -> None:
@@ -326,7 +341,7 @@ class PartitionPair:
             "events side lagging past merge_max_wait_ms; request rejected as events_lagging",
             extra={"agent": self.agent, "partition": self.partition, "waited_s": round(waited, 3)},
         )
-        decision = lagging(thread_id, waited)
+        decision = self._identified(lagging(thread_id, waited), record)
 
         def reject() -> None:
             self.round.decided.append(record.received)
@@ -347,6 +362,12 @@ class PartitionPair:
             self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent, wall_ms)
         self.defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
 
+    def _identified(self, decision: Decision, record: InRecord) -> Decision:
+        """A decision made without judging, naming who sent the request when its identity
+        headers verify (as a judged one does)."""
+        identity = caller_of(record, self.ctx.verifier, "", None).identity
+        return decision if identity is None else replace(decision, identity=identity)
+
     def _judge_one(
         self, record: InRecord, agent: str, thread_id: str | None, now_ms: int, wall_ms: int
     ) -> None:
@@ -355,7 +376,14 @@ class PartitionPair:
         def state_of(thread: str) -> ThreadState | None:
             return self.state(key(agent, thread))
 
-        found = decide(record, thread_id, state_of, now_ms, self.policy)
+        caller = caller_of(record, self.ctx.verifier, agent, self.layout.group)
+        result = (
+            "verified"
+            if caller.identity is not None
+            else ("unverified" if caller.unverified is not None else "unattested")
+        )
+        self.defer(self.metrics.identities.labels(self.agent, result).inc)
+        found = decide(record, thread_id, state_of, now_ms, self.policy, caller)
         self.round.decided.append(record.received)
         self.effects.decision(
             self.round,
