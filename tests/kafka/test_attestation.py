@@ -345,9 +345,9 @@ def test_a_request_rejected_unjudged_still_names_who_sent_it(edge):
     decided = []
     original = pair.effects.decision
 
-    def keep(r, record, decision, *rest):
+    def keep(r, record, decision, *rest, **named):
         decided.append(decision)
-        return original(r, record, decision, *rest)
+        return original(r, record, decision, *rest, **named)
 
     pair.effects.decision = keep  # type: ignore[method-assign]
     value = orjson.dumps(answer())
