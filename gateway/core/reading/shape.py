@@ -132,10 +132,13 @@ def read_input(raw: dict[str, Any]) -> Shape:
         checked = quick().validate_python(raw, strict=True)
     except ValidationError:
         errors = _lenient_errors(raw)
+        surely = _surely_malformed(errors)
+        if surely and isinstance(errors, _Counted):
+            errors.load()  # they are read: counted by the validator that builds them
         count = errors.count
         # a flood: all unrecognised tags? One pass says, unless its first errors show a
         # malformed value (then the pass is not made)
-        if count > MANY_ERRORS and not _surely_malformed(errors):
+        if count > MANY_ERRORS and not surely:
             flood = _flood(shape, raw, count)
             if flood is not None:
                 return flood
@@ -247,21 +250,15 @@ def _lenient_errors(raw: dict[str, Any]) -> Errors:
     and read window by window of its messages (`_Windows`) where they can be counted
     without the validator, else from one validation of it all."""
     count = lenient_count()
-    if count is not None:
+    if count is None:
+        return _errors_of(raw)
+    messages = raw.get("messages")
+    if type(messages) is list and len(messages) > WINDOW and _windowed():
         try:
-            counted = count(raw)
+            return _Windows(raw, count(raw))
         except Unsure:
-            pass
-        else:
-            messages = raw.get("messages")
-            if type(messages) is list and len(messages) > WINDOW and _windowed():
-                return _Windows(raw, counted)
-            return _Counted(raw, counted)
-    try:
-        lenient().validate_python(raw, strict=True)
-    except ValidationError as exc:
-        return _Errors(exc)
-    raise AssertionError("the fail-fast validator and the lenient one disagree")
+            return _errors_of(raw)
+    return _Counted(raw, count)
 
 
 # Messages validated at a time when a flood's errors are read window by window.
@@ -352,30 +349,56 @@ class _Windows:
 
 
 class _Counted:
-    """`lenient`'s errors on an input, counted without the validator (`count`); read
-    from one validation of it all, made when they are first read. A sample of them
-    (`sample`) is read from the input with every list cut to WINDOW elements."""
+    """`lenient`'s errors on an input, read from one validation of it all, made when they
+    are first read (`load`); until then counted without the validator (`count`), and a
+    sample of them (`sample`) read from the input with every list cut to WINDOW elements
+    (the sample is all of them when no list was cut)."""
 
-    def __init__(self, raw: dict[str, Any], count: int) -> None:
-        self.count = count
+    def __init__(self, raw: dict[str, Any], count: Callable[[Any], int]) -> None:
         self._raw = raw
+        self._count = count
+        self._counted: int | None = None
         self._errors: _Errors | None = None
+        self._sample: _Errors | None = None
+
+    @property
+    def count(self) -> int:
+        """How many errors there are: the validator's count once validated, else the
+        counter's (the validator's when it is unsure)."""
+        if self._errors is not None:
+            return self._errors.count
+        if self._counted is None:
+            try:
+                self._counted = self._count(self._raw)
+            except Unsure:
+                return self.load().count
+        return self._counted
+
+    def load(self) -> _Errors:
+        """The errors of one validation of the whole input."""
+        if self._errors is None:
+            self._errors = _errors_of(self._raw)
+        return self._errors
 
     def sample(self) -> Iterator[tuple[int, Any]]:
         """Errors of the input's, not all of them nor in order (each is one of the
         input's: an element's errors do not depend on the other elements)."""
-        return _errors_of(_cut(self._raw, _CUT_DEPTH)).read()
+        if self._errors is not None:
+            return self._errors.read()
+        if self._sample is None:
+            lost: list[bool] = []
+            self._sample = _errors_of(_cut(self._raw, _CUT_DEPTH, lost))
+            if not lost:
+                self._errors = self._sample  # (no list was cut: it is every error)
+        return self._sample.read()
 
     def read(self, skip: frozenset[str] = frozenset()) -> Iterator[tuple[int, Any]]:
         """(index, error) of each error in order (`_Errors.read`)."""
-        if self._errors is None:
-            self._errors = _errors_of(self._raw)
-        return self._errors.read(skip)
+        return self.load().read(skip)
 
     def rest(self, at: int) -> int:
         """`_Errors.rest` of the errors read."""
-        assert self._errors is not None
-        return self._errors.rest(at)
+        return self.load().rest(at)
 
 
 # A validator's errors, read in order: all of them built or written, or counted and read
@@ -386,14 +409,17 @@ Errors = _Errors | _Windows | _Counted
 _CUT_DEPTH = 8
 
 
-def _cut(node: Any, depth: int) -> Any:
-    """`node` with each list in it (down to `depth`) cut to WINDOW elements."""
+def _cut(node: Any, depth: int, lost: list[bool]) -> Any:
+    """`node` with each list in it (down to `depth`) cut to WINDOW elements; `lost`
+    gets an entry for each list cut."""
     if depth == 0:
         return node
     if type(node) is dict:
-        return {key: _cut(value, depth - 1) for key, value in node.items()}
+        return {key: _cut(value, depth - 1, lost) for key, value in node.items()}
     if type(node) is list:
-        return [_cut(item, depth - 1) for item in node[:WINDOW]]
+        if len(node) > WINDOW:
+            lost.append(True)
+        return [_cut(item, depth - 1, lost) for item in node[:WINDOW]]
     return node
 
 
