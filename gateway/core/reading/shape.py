@@ -442,11 +442,25 @@ def _windowed() -> bool:
         inner(fields[name]["schema"]) != {"type": "str"} for name in _FILLED
     ):
         return False
+    # the errors of members after `messages` are never skipped unread (no union tag
+    # there, and `lenient` reports no extra member): where the first window's reading
+    # meets them is where the messages' errors end
+    names = list(fields)
+    if any(_holds_tags(fields[name]) for name in names[names.index("messages") + 1 :]):
+        return False
     try:
         _item_count()
     except (Unsure, KeyError):
         return False
     return True
+
+
+def _holds_tags(node: Any) -> bool:
+    if isinstance(node, list | tuple):
+        return any(_holds_tags(item) for item in node)
+    if not isinstance(node, dict):
+        return False
+    return node.get("type") == "tagged-union" or any(map(_holds_tags, node.values()))
 
 
 @cache  # no arguments: one value
