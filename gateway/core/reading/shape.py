@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import islice
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -24,6 +25,7 @@ from typing import Any, NamedTuple
 import orjson
 from pydantic import ValidationError
 
+from gateway.core.reading.error_count import Unsure, counter
 from gateway.core.reading.input_schema import (
     ALTERNATIVE,
     ANY,
@@ -32,6 +34,9 @@ from gateway.core.reading.input_schema import (
     Path,
     inner,
     lenient,
+    lenient_count,
+    lenient_schema,
+    quick,
     validator,
     walker,
 )
@@ -124,13 +129,16 @@ def read_input(raw: dict[str, Any]) -> Shape:
     if _tags_malformed(shape, raw):
         return shape
     try:
-        checked = lenient().validate_python(raw, strict=True)
-    except ValidationError as exc:
-        count = exc.error_count()
-        errors = _Errors(exc)
+        checked = quick().validate_python(raw, strict=True)
+    except ValidationError:
+        errors = _lenient_errors(raw)
+        surely = _surely_malformed(errors)
+        if surely and isinstance(errors, _Counted):
+            errors.load()  # they are read: counted by the validator that builds them
+        count = errors.count
         # a flood: all unrecognised tags? One pass says, unless its first errors show a
         # malformed value (then the pass is not made)
-        if count > MANY_ERRORS and not _surely_malformed(errors):
+        if count > MANY_ERRORS and not surely:
             flood = _flood(shape, raw, count)
             if flood is not None:
                 return flood
@@ -186,11 +194,13 @@ class _Errors:
     type, its location and its message, and any quote inside a string is escaped,
     so `},{"type":"` is found only between two errors."""
 
-    def __init__(self, exc: ValidationError) -> None:
-        self.count = exc.error_count()
+    def __init__(self, exc: ValidationError | None) -> None:
+        self.count = 0 if exc is None else exc.error_count()
         self._built: list[Any] | None = None
         self._text = ""
-        if self.count <= ERRORS_AT_ONCE:
+        if exc is None:
+            self._built = []
+        elif self.count <= ERRORS_AT_ONCE:
             self._built = _errors(exc)
         else:
             self._text = exc.json(include_url=False, include_input=False, include_context=False)
@@ -233,6 +243,231 @@ class _Errors:
 
 # Errors built at once, or read from the validator's JSON at a time.
 ERRORS_AT_ONCE = 256
+
+
+def _lenient_errors(raw: dict[str, Any]) -> Errors:
+    """The errors `lenient` reports for the invalid input `raw`, in its order: counted
+    and read window by window of its messages (`_Windows`) where they can be counted
+    without the validator, else from one validation of it all."""
+    count = lenient_count()
+    if count is None:
+        return _errors_of(raw)
+    messages = raw.get("messages")
+    if type(messages) is list and len(messages) > WINDOW and _windowed():
+        try:
+            return _Windows(raw, count(raw))
+        except Unsure:
+            return _errors_of(raw)
+    return _Counted(raw, count)
+
+
+# Messages validated at a time when a flood's errors are read window by window.
+WINDOW = 256
+# A window of messages (past the first) is validated as an input with these members
+# (its other required ones, valid) and no other: its errors are its messages' alone.
+_FILLED = {"threadId": "", "runId": ""}
+_ROLE = "role"
+
+
+class _Windows:
+    """`lenient`'s errors on an input, counted without the validator (`count`), and read
+    in order window by window of WINDOW messages, each window validated only when
+    reached: the first 50 locations of 77,000 errors cost the validation of 256
+    messages. A window whose messages each have no error or only an unrecognised `role`
+    is not validated when those errors are skipped (`read(skip)`): its errors are counted.
+
+    The input's errors, in the validator's order, are those of the members before
+    `messages` (in the schema's order), then each message's, then those of the members
+    after it: the first window is validated with every other member, the next ones
+    alone, their locations shifted to where they are in the input."""
+
+    def __init__(self, raw: dict[str, Any], count: int) -> None:
+        self.count = count
+        self._raw = raw
+        self._messages: list[Any] = raw["messages"]
+        union = inner(inner(typed_schema()["fields"]["messages"]["schema"])["items_schema"])
+        self._roles = frozenset(union["choices"]) if union.get("type") == "tagged-union" else None
+
+    def read(self, skip: frozenset[str] = frozenset()) -> Iterator[tuple[int, Any]]:
+        """(index, error) of each error in order; in a window whose errors are all
+        unrecognised roles (when `skip` holds `union_tag_invalid`) or that has none,
+        they are counted, not read."""
+        messages = self._messages
+        fields = list(typed_schema()["fields"])
+        after = frozenset(fields[fields.index("messages") + 1 :])
+        head = _errors_of({**self._raw, "messages": messages[:WINDOW]})
+        first = head.read(skip)
+        later: tuple[int, Any] | None = None
+        for at, error in first:
+            if error["loc"] and error["loc"][0] in after:
+                later = at, error
+                break
+            yield at, error
+        # the errors before `messages` and of its first window: all of them but `head`'s
+        # past that window, which are the input's last
+        base = head.count if later is None else later[0]
+        for start in range(WINDOW, len(messages), WINDOW):
+            window = messages[start : start + WINDOW]
+            quiet = self._quiet(window, skip)
+            if quiet is not None:
+                base += quiet
+                continue
+            errors = _errors_of({**_FILLED, "messages": window})
+            for at, error in errors.read(skip):
+                loc = error["loc"]
+                yield base + at, {**error, "loc": ("messages", loc[1] + start, *loc[2:])}
+            base += errors.count
+        if later is not None:
+            shift = base - later[0]
+            yield base, later[1]
+            for at, error in first:
+                yield shift + at, error
+
+    def _quiet(self, window: list[Any], skip: frozenset[str]) -> int | None:
+        """How many errors `window` has when none of them need be read (none, or only
+        unrecognised roles skipped), else None."""
+        count = _item_count()
+        roles = self._roles if "union_tag_invalid" in skip else None
+        errors = 0
+        for message in window:
+            if roles is not None and type(message) is dict:
+                role = message.get(_ROLE)
+                if type(role) is str and role not in roles:
+                    errors += 1  # that one error, its tag's (a string: skipped)
+                    continue
+            try:
+                if count(message):
+                    return None
+            except Unsure:
+                return None
+        return errors
+
+    def rest(self, at: int) -> int:
+        """How many errors from the `at`-th on are not extra members (`lenient`
+        reports none)."""
+        return self.count - at
+
+
+class _Counted:
+    """`lenient`'s errors on an input, read from one validation of it all, made when they
+    are first read (`load`); until then counted without the validator (`count`), and a
+    sample of them (`sample`) read from the input with every list cut to WINDOW elements
+    (the sample is all of them when no list was cut)."""
+
+    def __init__(self, raw: dict[str, Any], count: Callable[[Any], int]) -> None:
+        self._raw = raw
+        self._count = count
+        self._counted: int | None = None
+        self._errors: _Errors | None = None
+        self._sample: _Errors | None = None
+
+    @property
+    def count(self) -> int:
+        """How many errors there are: the validator's count once validated, else the
+        counter's (the validator's when it is unsure)."""
+        if self._errors is not None:
+            return self._errors.count
+        if self._counted is None:
+            try:
+                self._counted = self._count(self._raw)
+            except Unsure:
+                return self.load().count
+        return self._counted
+
+    def load(self) -> _Errors:
+        """The errors of one validation of the whole input."""
+        if self._errors is None:
+            self._errors = _errors_of(self._raw)
+        return self._errors
+
+    def sample(self) -> Iterator[tuple[int, Any]]:
+        """Errors of the input's, not all of them nor in order (each is one of the
+        input's: an element's errors do not depend on the other elements)."""
+        if self._errors is not None:
+            return self._errors.read()
+        if self._sample is None:
+            lost: list[bool] = []
+            self._sample = _errors_of(_cut(self._raw, _CUT_DEPTH, lost))
+            if not lost:
+                self._errors = self._sample  # (no list was cut: it is every error)
+        return self._sample.read()
+
+    def read(self, skip: frozenset[str] = frozenset()) -> Iterator[tuple[int, Any]]:
+        """(index, error) of each error in order (`_Errors.read`)."""
+        return self.load().read(skip)
+
+    def rest(self, at: int) -> int:
+        """`_Errors.rest` of the errors read."""
+        return self.load().rest(at)
+
+
+# A validator's errors, read in order: all of them built or written, or counted and read
+# window by window, or counted and read when first needed
+Errors = _Errors | _Windows | _Counted
+
+# Lists are cut for a sample of errors down to this depth (deeper values are kept whole).
+_CUT_DEPTH = 8
+
+
+def _cut(node: Any, depth: int, lost: list[bool]) -> Any:
+    """`node` with each list in it (down to `depth`) cut to WINDOW elements; `lost`
+    gets an entry for each list cut."""
+    if depth == 0:
+        return node
+    if type(node) is dict:
+        return {key: _cut(value, depth - 1, lost) for key, value in node.items()}
+    if type(node) is list:
+        if len(node) > WINDOW:
+            lost.append(True)
+        return [_cut(item, depth - 1, lost) for item in node[:WINDOW]]
+    return node
+
+
+def _errors_of(doc: dict[str, Any]) -> _Errors:
+    try:
+        lenient().validate_python(doc, strict=True)
+    except ValidationError as exc:
+        return _Errors(exc)
+    return _Errors(None)
+
+
+@cache  # no arguments: one value
+def _windowed() -> bool:
+    """Whether a window of messages can be validated alone: `_FILLED` is every other
+    required member, valid, and the messages are a list of a tagged union the counter
+    counts."""
+    fields = lenient_schema()["fields"]
+    required = {name for name, spec in fields.items() if spec["required"]} - {"messages"}
+    if required != set(_FILLED) or any(
+        inner(fields[name]["schema"]) != {"type": "str"} for name in _FILLED
+    ):
+        return False
+    # the errors of members after `messages` are never skipped unread (no union tag
+    # there, and `lenient` reports no extra member): where the first window's reading
+    # meets them is where the messages' errors end
+    names = list(fields)
+    if any(_holds_tags(fields[name]) for name in names[names.index("messages") + 1 :]):
+        return False
+    try:
+        _item_count()
+    except (Unsure, KeyError):
+        return False
+    return True
+
+
+def _holds_tags(node: Any) -> bool:
+    if isinstance(node, list | tuple):
+        return any(_holds_tags(item) for item in node)
+    if not isinstance(node, dict):
+        return False
+    return node.get("type") == "tagged-union" or any(map(_holds_tags, node.values()))
+
+
+@cache  # no arguments: one value
+def _item_count() -> Callable[[Any], int]:
+    """The count of `lenient`'s errors on one message."""
+    messages = inner(lenient_schema()["fields"]["messages"]["schema"])
+    return counter(messages["items_schema"])
 
 
 def _by_errors(shape: Shape, raw: dict[str, Any]) -> Shape:
@@ -279,7 +514,7 @@ MAX_MALFORMED = 50
 def _malformed_by(
     shape: Shape,
     doc: Any,
-    errors: _Errors,
+    errors: Errors,
     located: Callable[[Path], Path] | None = None,
     note: Callable[[Path], str | None] | None = None,
     text_tags: bool = False,
@@ -464,11 +699,13 @@ def _flood(shape: Shape, raw: dict[str, Any], count: int) -> Shape | None:
     return shape
 
 
-def _surely_malformed(errors: _Errors) -> bool:
-    """Whether one of the first ERRORS_AT_ONCE errors is surely of a malformed value:
-    neither an extra member nor a union tag, and under no alternative of a plain union
-    (where the value's type may rule the error out)."""
-    for _, error in islice(errors.read(), ERRORS_AT_ONCE):
+def _surely_malformed(errors: Errors) -> bool:
+    """Whether one of the first ERRORS_AT_ONCE errors (or of a sample of them) is surely
+    of a malformed value: neither an extra member nor a union tag, and under no
+    alternative of a plain union (where the value's type may rule the error out). Only
+    which way is tried first depends on it, not what is found."""
+    read = errors.sample() if isinstance(errors, _Counted) else errors.read()
+    for _, error in islice(read, ERRORS_AT_ONCE):
         if error["type"] not in ("union_tag_invalid", "extra_forbidden") and not any(
             type(part) is str and part.startswith(ALTERNATIVE) for part in error["loc"]
         ):
