@@ -165,9 +165,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     acls.add_argument(
         "--role",
-        choices=("gateway", "bridge"),
+        choices=("gateway", "bridge", "inbox"),
         default="gateway",
-        help="whose ACLs: the gateway's (default) or the bridge's (agui-gateway bridge)",
+        help="whose ACLs: the gateway's (default), the bridge's (agui-gateway bridge) or the "
+        "inbox reader's (agui-gateway inbox: Read on interrupts_topic; the agent pattern is "
+        "not used)",
     )
     acls.add_argument(
         "--command-config",

@@ -141,6 +141,11 @@ class Settings(BaseSettings):
     warnings_topic: str = "agui.warnings"
     """Warnings topic: one for all agents, or with {agent} (at most once) a template, as
     rejections_topic."""
+    interrupts_topic: str = "agui.interrupts"
+    """The inbox's compacted topic, one for all agents and groups: a record per open
+    interrupt (keyed by agent, thread and interrupt id) and a tombstone when it closes,
+    written in the same transaction as the state change; made by `topics create`. Empty:
+    not written (the inbox then has nothing to show)."""
     agent_name_pattern: str = r"[A-Za-z0-9_-]+"
     """Regular expression an agent's name ({agent}) must match; a group's name too."""
     groups: dict[str, AgentGroup] = {}
@@ -339,6 +344,24 @@ class Settings(BaseSettings):
     """Open HTTP connections per edge (requests being read, event streams, idle keep-alive
     ones); a connection accepted beyond it is answered 503 and closed at once. Keep it
     above edge_max_streams, and the process's open-file limit above it."""
+
+    # --- The inbox (open interrupts of every agent, read from interrupts_topic) ---------
+    inbox_enabled: bool = False
+    """Serve the inbox's JSON API (`/interrupts`, `/threads/...`) on the gateway's HTTP
+    port; `agui-gateway inbox` serves it whatever this says."""
+    inbox_token: SecretStr | None = None
+    """Bearer token the inbox's API asks for (`Authorization: Bearer <token>`). Unset: every
+    request is refused (401) unless inbox_open says otherwise."""
+    inbox_open: bool = False
+    """Serve the inbox's API with no token at all (for a trusted network only)."""
+    inbox_max_open: int = Field(default=200_000, ge=1)
+    """Open interrupts the inbox's view holds at most; past it, newly opened ones are not
+    held (counted in agui_gateway_inbox_dropped_total) until others close."""
+    inbox_group_id: str = "agui-gateway-inbox"
+    """Prefix of the inbox reader's client id (it reads with no consumer group, from the
+    beginning of interrupts_topic, and commits nothing)."""
+    inbox_port: int = Field(default=9466, ge=0, le=65535)
+    """HTTP port of `agui-gateway inbox` (on http_host)."""
 
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod

@@ -14,6 +14,7 @@ from gateway.kafka.wire.acls import (
     bridge_acls,
     gateway_acls,
     group_acls,
+    inbox_acls,
     kafka_acls_commands,
     overlaps,
 )
@@ -53,6 +54,8 @@ def main(
         return 2
     if role == "bridge":
         acls = bridge_acls(settings, agent_pattern, principal)
+    elif role == "inbox":
+        acls = inbox_acls(settings, principal)
     else:
         acls = gateway_acls(
             settings,
@@ -70,7 +73,7 @@ def main(
                 "name prefix ending in *",
                 file=sys.stderr,
             )
-    for note in overlaps(settings, agent_pattern, role):
+    for note in overlaps(settings, agent_pattern, role) if role != "inbox" else ():
         print(f"agui-gateway acls: note: {note}", file=sys.stderr)
     return _emit(settings, acls, action, command_config, principal)
 
@@ -83,10 +86,10 @@ def _misplaced(
     instance_names: list[str],
 ) -> str | None:
     """Why options given do not fit the role and settings, or None."""
-    if role == "bridge" and (reply_topic_prefixes or create_changelogs or instance_names):
+    if role != "gateway" and (reply_topic_prefixes or create_changelogs or instance_names):
         return (
             "--reply-topic-prefix, --create-changelogs and --instance-name are the gateway's: "
-            "not with --role bridge"
+            f"not with --role {role}"
         )
     if instance_names and settings.producer_scope != "instance":
         return (

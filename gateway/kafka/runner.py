@@ -138,6 +138,7 @@ class Gateway:
             metrics=metrics,
             limiter=self.limiter,
             topic_exists=self.reply_topics.allowed,
+            interrupts_topic=settings.interrupts_topic or None,
         )
         self.status = Status(metrics.gauges)
         self.consumer: AIOKafkaConsumer | None = None

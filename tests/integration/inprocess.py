@@ -28,6 +28,7 @@ def settings_for(ns: Namespace, **overrides: Any) -> Settings:
         changelog_topic=f"{ns.prefix}.{{agent}}.gateway-changelog",
         rejections_topic=ns.rejections,
         warnings_topic=ns.warnings,
+        interrupts_topic=ns.interrupts,
         discovery_interval_ms=1000,
         session_timeout_ms=6000,
         heartbeat_interval_ms=500,

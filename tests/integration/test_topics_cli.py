@@ -26,7 +26,7 @@ async def test_create_is_idempotent_and_reports_what_it_cannot_fix(kafka_bootstr
     ns = Namespace(kafka_bootstrap)
     code, out, _ = await run(ns, "--agent", "alpha", "--partitions", "2")
     assert code == 0
-    assert sorted(line.split()[0] for line in out.splitlines()) == ["created"] * 6
+    assert sorted(line.split()[0] for line in out.splitlines()) == ["created"] * 7
     code, out, _ = await run(ns, "--agent", "alpha", "--partitions", "2")
     assert code == 0 and {line.split()[0] for line in out.splitlines()} == {"exists"}
 
@@ -77,6 +77,7 @@ async def test_a_groups_topics_are_made_with_the_groups_partitions(kafka_bootstr
         ns.changelog("team"): "created",
         ns.rejections: "created",
         ns.warnings: "created",
+        ns.interrupts: "created",
     }  # the group's four topics: none of its agents'
     partitions = await _partitions(ns, [ns.events("team"), ns.changelog("team")])
     assert partitions == {ns.events("team"): 2, ns.changelog("team"): 2}

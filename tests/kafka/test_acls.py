@@ -32,11 +32,12 @@ def test_one_agent_gets_literal_topic_acls_and_nothing_else() -> None:
         Acl("topic", "agui.support.gateway-changelog", "literal", "DescribeConfigs", P),
         Acl("topic", "agui.rejections", "literal", "Write", P),
         Acl("topic", "agui.warnings", "literal", "Write", P),
+        Acl("topic", "agui.interrupts", "literal", "Write", P),
         Acl("topic", "agui.replies.", "prefixed", "Write", P),
         Acl("group", "agui-gateway", "literal", "Read", P),
         Acl("transactional-id", "agui-gateway.support.", "prefixed", "Write", P),
     }
-    assert len(acls) == 11  # no duplicates
+    assert len(acls) == 12  # no duplicates
     assert overlaps(Settings(), "support") == []
 
 
@@ -106,7 +107,7 @@ def test_commands_group_operations_per_resource() -> None:
     ]
     txn = next(p for p in parsed if "--transactional-id" in p)
     assert txn[-2:] == ["--resource-pattern-type", "prefixed"]
-    assert len(lines) == 8  # one per resource
+    assert len(lines) == 9  # one per resource
 
 
 @pytest.mark.parametrize("pattern", ["a*b", "**", "bad name"])
@@ -137,6 +138,7 @@ def test_a_groups_acls_are_those_of_its_shared_topics_and_say_who_may_speak(
         ("agui.team.run-requests", "Write"),
         ("agui.team.gateway-changelog", "Read"),
         ("agui.team.gateway-changelog", "Write"),
+        ("agui.interrupts", "Write"),
         ("agui.team.gateway-changelog", "DescribeConfigs"),
         ("agui.rejections", "Write"),
         ("agui.warnings", "Write"),

@@ -10,6 +10,7 @@ DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
   DESCRIBE_CONFIGS to check it is compacted (CREATE only if the gateway is to
   create changelogs itself; `topics create` makes them)
 - reply: Topic WRITE on the reply topics
+- the inbox's interrupts topic: Topic WRITE
 - its consumer group: Group READ (joins, fetches and commits offsets in transactions)
 - its transactional ids: TransactionalId WRITE. A transactional producer is
   idempotent under that permission: no Cluster IDEMPOTENT_WRITE is needed. Which
@@ -18,6 +19,8 @@ DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
   (prefixed `<group_id>.<agent>.`) per pair, or `<group_id>.instance.<instance_name>`
   and its `.1` ... `.<instance_producers - 1>` per instance (literal, for each
   instance named; prefixed for a name prefix `gw-*`).
+
+The inbox (`inbox_acls`) reads the interrupts topic, which the gateway writes.
 
 The bridge (`agui-gateway bridge`, `bridge_acls`) reads run-requests, writes
 events and its run markers (a topic it creates and checks is compacted), in its
@@ -138,6 +141,7 @@ def gateway_acls(
         *topic(settings.run_requests_topic, "Write"),
         *topic(settings.changelog_topic, *changelog_ops),
         *_outputs(settings, topic, principal),
+        *_interrupts(settings, "Write", principal),
         *(Acl("topic", p, "prefixed", "Write", principal) for p in reply_topic_prefixes),
         Acl("group", settings.group_id, "literal", "Read", principal),
         *transactional_ids(settings, agent_pattern, principal, instance_names),
@@ -155,6 +159,19 @@ def _outputs(settings: Settings, topic: Callable[..., list[Acl]], principal: str
         else:
             acls.append(Acl("topic", name, "literal", "Write", principal))
     return acls
+
+
+def _interrupts(settings: Settings, operation: str, principal: str) -> list[Acl]:
+    """`operation` on the inbox's interrupts topic (none when it is off)."""
+    if not settings.interrupts_topic:
+        return []
+    return [Acl("topic", settings.interrupts_topic, "literal", operation, principal)]
+
+
+def inbox_acls(settings: Settings, principal: str) -> list[Acl]:
+    """The inbox reader's ACLs (`agui-gateway inbox`, or a gateway with inbox_enabled):
+    Read on the interrupts topic. It joins no consumer group and writes nothing."""
+    return _sorted(_interrupts(settings, "Read", principal))
 
 
 def bridge_acls(settings: Settings, agent_pattern: str, principal: str) -> list[Acl]:

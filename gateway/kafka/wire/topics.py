@@ -225,10 +225,15 @@ def agent_topic_layout(
 ) -> dict[str, tuple[int, dict[str, str]]]:
     """What `topics create` makes for one agent (or group), plus its rejections and
     warnings topics: the shared ones, or its own when those settings are templates (with
-    the shared ones' partitions and configs either way)."""
+    the shared ones' partitions and configs either way), and the inbox's compacted
+    interrupts topic (one for all, with the shared partitions) unless it is off."""
     names = TopicNames(settings).for_agent(agent)
     log_append = {"message.timestamp.type": "LogAppendTime"}
+    inbox: dict[str, tuple[int, dict[str, str]]] = {}
+    if settings.interrupts_topic:
+        inbox[settings.interrupts_topic] = (shared_partitions, interrupts_configs())
     return {
+        **inbox,
         names.events: (partitions, dict(log_append)),
         names.requests: (partitions, dict(log_append)),
         names.run_requests: (partitions, {}),
@@ -236,6 +241,13 @@ def agent_topic_layout(
         names.rejections: (shared_partitions, {}),
         names.warnings: (shared_partitions, {}),
     }
+
+
+def interrupts_configs() -> dict[str, str]:
+    """The interrupts topic's: compacted (the latest record per interrupt, tombstones
+    removed a day after compaction), so a reader starting from the beginning reads about
+    as many records as there are open interrupts."""
+    return {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", "segment.ms": "3600000"}
 
 
 def changelog_configs() -> dict[str, str]:
