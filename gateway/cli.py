@@ -94,6 +94,12 @@ def _parser() -> argparse.ArgumentParser:
         "(AGUI_GATEWAY_EDGE_* settings)",
     )
 
+    commands.add_parser(
+        "inbox",
+        help="serve the inbox's JSON API (GET /interrupts, ...) from the interrupts topic, on "
+        "inbox_port (AGUI_GATEWAY_INBOX_* settings)",
+    )
+
     topics = commands.add_parser("topics", help="manage an agent's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     create = topic_commands.add_parser(
@@ -270,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.commands import edge
 
         return edge.main(settings)
+    if args.command == "inbox":
+        from gateway.commands import inbox
+
+        return inbox.main(settings)
     if args.command == "topics":
         from gateway.commands import topics
 
