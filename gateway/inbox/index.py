@@ -106,6 +106,10 @@ class Index:
         interrupts)."""
         self._warnings.append((at_ms, agent, code))
 
+    def forget_warnings(self) -> None:
+        """Forget the counted warnings (their reader starts again, an hour back)."""
+        self._warnings.clear()
+
     def _unlink(self, item: Item) -> None:
         place = (item.opened_at_ms, item.key)
         _discard(self._all, place)

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from starlette.routing import Route
 
 from gateway.inbox.api import bearer, routes
+from gateway.inbox.findings import FindingsReader
 from gateway.inbox.reader import InboxMetrics, InboxReader
 from gateway.inbox.view import InboxView
 from gateway.settings import Settings
@@ -54,21 +55,37 @@ class InboxService:
         }
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Read into the view until `stop`; a failed reader starts again on an empty view."""
+        """Read into the view until `stop`; a failed reader starts again (the interrupts
+        topic's on an empty view)."""
         try:
-            while not stop.is_set():
-                try:
-                    await self.reader.run(stop)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.error(
-                        "the inbox's reader failed; reading the topic again from its beginning",
-                        extra={"error": repr(exc)},
-                    )
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), RESTART_S)
-                    self.view.reset()
-                    self.reader = InboxReader(self.settings, self.view, self.metrics, self.clock)
+            await asyncio.gather(self._interrupts(stop), self._warnings(stop))
         finally:
             self.view.stop()
+
+    async def _interrupts(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.reader.run(stop)
+            except Exception as exc:
+                log.error(
+                    "the inbox's reader failed; reading the topic again from its beginning",
+                    extra={"error": repr(exc)},
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RESTART_S)
+                self.view.index.forget_warnings()
+                self.view.reset()
+                self.reader = InboxReader(self.settings, self.view, self.metrics, self.clock)
+
+    async def _warnings(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await FindingsReader(self.settings, self.view, self.clock).run(stop)
+            except Exception as exc:
+                log.error(
+                    "the inbox's warnings and rejections reader failed; starting it again",
+                    extra={"error": repr(exc)},
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RESTART_S)
+                self.view.index.forget_warnings()

@@ -89,7 +89,8 @@ class InboxView:
             )
 
     def warning(self, agent: str | None, code: str | None, at_ms: int) -> None:
-        """One warning record; only those the summary counts are kept."""
+        """A warning's code, or a rejection's reason, about `agent`; only those the
+        summary counts are kept."""
         if agent is not None and code in COUNTED_WARNINGS:
             self.index.warned(at_ms, agent, code)
 

@@ -127,7 +127,11 @@ async def test_the_view_follows_the_gateway_on_own_and_group_topics(ns: Namespac
         await events(
             ns, "solo", run_started("s1", "rs"), interrupted("s1", "rs", "a", "b"), owner="solo"
         )
+        await events(
+            ns, "solo", run_started("s2", "r2"), interrupted("s2", "r2", "c", "d"), owner="solo"
+        )
         wanted = {("alpha", "g1", "x"), ("solo", "s1", "a"), ("solo", "s1", "b")}
+        wanted |= {("solo", "s2", "c"), ("solo", "s2", "d")}
         for url in (base, other):
             answer = await poll(f"{url}/interrupts", lambda a: listed(a) == wanted)
             check("interrupts", answer)
@@ -144,6 +148,10 @@ async def test_the_view_follows_the_gateway_on_own_and_group_topics(ns: Namespac
         solo = resume("s1", "n2", "a", "b")
         solo["resume"][1] = {"interruptId": "b", "status": "cancelled"}
         await request(ns, None, solo, "solo-s1", owner="solo")
+        # s2: a resume leaving d uncovered is rejected; one naming zzz too is forwarded,
+        # zzz stripped with a warning
+        await request(ns, None, resume("s2", "n3", "c"), "solo-s2-short", owner="solo")
+        await request(ns, None, resume("s2", "n4", "c", "d", "zzz"), "solo-s2", owner="solo")
         for url in (base, other):
             await poll(f"{url}/interrupts", lambda a: a["total"] == 0)
         summary = await poll(
@@ -154,25 +162,32 @@ async def test_the_view_follows_the_gateway_on_own_and_group_topics(ns: Namespac
             ),
         )
         check("summary", summary)
+        solo_summary = await poll(
+            f"{other}/interrupts/summary",
+            lambda a: any(
+                x["agent"] == "solo" and x["uncoveredInterrupts"] and x["unrecognisedEntries"]
+                for x in a["agents"]
+            ),
+        )
+        [counted] = [x for x in solo_summary["agents"] if x["agent"] == "solo"]
+        assert (counted["uncoveredInterrupts"], counted["unrecognisedEntries"]) == (1, 1)
 
         deadline = time.monotonic() + 10
-        while len(changes) < 6 and time.monotonic() < deadline:
+        while len(changes) < 10 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         for change in changes:
             check("change", change)
         closes = {(c["agent"], c["interrupt"]): c["status"] for c in changes if c["op"] == "close"}
         assert closes == {("alpha", "x"): "resolved", ("solo", "a"): "resolved",
-                          ("solo", "b"): "cancelled"}  # fmt: skip
-        assert len([c for c in changes if c["op"] == "open"]) == 3
+                          ("solo", "b"): "cancelled", ("solo", "c"): "resolved",
+                          ("solo", "d"): "resolved"}  # fmt: skip
+        assert len([c for c in changes if c["op"] == "open"]) == 5
 
         # the topic itself: a record per opening, a tombstone per close, each once
-        written = await collect(ns.bootstrap, ns.interrupts, count=6, settle=1.0)
-        assert len(written) == 6
-        assert sorted(records.split_key(r.key)[2] for r in written if r.value is None) == [
-            "a",
-            "b",
-            "x",
-        ]
+        written = await collect(ns.bootstrap, ns.interrupts, count=10, settle=1.0)
+        assert len(written) == 10
+        tombstones = sorted(records.split_key(r.key)[2] for r in written if r.value is None)
+        assert tombstones == ["a", "b", "c", "d", "x"]
     finally:
         if watching is not None:
             watching.cancel()
