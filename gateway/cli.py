@@ -174,8 +174,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=("gateway", "bridge", "inbox"),
         default="gateway",
         help="whose ACLs: the gateway's (default), the bridge's (agui-gateway bridge) or the "
-        "inbox reader's (agui-gateway inbox: Read on interrupts_topic; the agent pattern is "
-        "not used)",
+        "inbox reader's (agui-gateway inbox: Read on interrupts_topic and on the rejections "
+        "and warnings topics; the agent pattern names whose, when those are templates)",
     )
     acls.add_argument(
         "--command-config",

@@ -55,7 +55,7 @@ def main(
     if role == "bridge":
         acls = bridge_acls(settings, agent_pattern, principal)
     elif role == "inbox":
-        acls = inbox_acls(settings, principal)
+        acls = inbox_acls(settings, principal, agent_pattern)
     else:
         acls = gateway_acls(
             settings,

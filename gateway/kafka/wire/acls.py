@@ -168,10 +168,19 @@ def _interrupts(settings: Settings, operation: str, principal: str) -> list[Acl]
     return [Acl("topic", settings.interrupts_topic, "literal", operation, principal)]
 
 
-def inbox_acls(settings: Settings, principal: str) -> list[Acl]:
+def inbox_acls(settings: Settings, principal: str, agent_pattern: str = "*") -> list[Acl]:
     """The inbox reader's ACLs (`agui-gateway inbox`, or a gateway with inbox_enabled):
-    Read on the interrupts topic. It joins no consumer group and writes nothing."""
-    return _sorted(_interrupts(settings, "Read", principal))
+    Read on the interrupts topic, and on the rejections and warnings topics its summary
+    counts from (the ones for all, or, when those settings are templates, the topics of
+    the agents `agent_pattern` names). It joins no consumer group and writes nothing."""
+    topic = _agent_topics(settings, agent_pattern, principal)
+    acls = _interrupts(settings, "Read", principal)
+    for name in (settings.rejections_topic, settings.warnings_topic):
+        if settings.per_owner(name):
+            acls += topic(name, "Read")
+        else:
+            acls.append(Acl("topic", name, "literal", "Read", principal))
+    return _sorted(acls)
 
 
 def bridge_acls(settings: Settings, agent_pattern: str, principal: str) -> list[Acl]:
