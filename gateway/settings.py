@@ -355,8 +355,15 @@ class Settings(BaseSettings):
     inbox_open: bool = False
     """Serve the inbox's API with no token at all (for a trusted network only)."""
     inbox_max_open: int = Field(default=200_000, ge=1)
-    """Open interrupts the inbox's view holds at most; past it, newly opened ones are not
-    held (counted in agui_gateway_inbox_dropped_total) until others close."""
+    """Open interrupts the inbox's view holds at most. Past it (or past inbox_max_bytes)
+    an interrupt that opens is not held nor listed, and counted in
+    agui_gateway_inbox_dropped_total; it shows once a view reads the topic again (a
+    restart) with room for it. Those held stay right."""
+    inbox_max_bytes: int = Field(default=512 << 20, ge=1 << 20)
+    """Bytes the inbox's view counts its open interrupts as holding, at most: each its
+    record and search text plus 1,000 bytes (about 1.6 KiB for a typical interrupt, up to
+    about 90 KiB for one with the largest message and responseSchema); past it, as
+    past inbox_max_open."""
     inbox_group_id: str = "agui-gateway-inbox"
     """Prefix of the inbox reader's client id (it reads with no consumer group, from the
     beginning of interrupts_topic, and commits nothing)."""

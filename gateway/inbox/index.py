@@ -9,9 +9,11 @@ one per group, so a filter on agents or a group reads only their items and
 after it starts right after that place, whatever opened or closed meanwhile, so an
 item present throughout is listed exactly once across pages.
 
-Bounded: at most `max_open` items (past it a newly opened one is not held and is
-counted in `dropped`; one already held is still replaced), and the closes kept for
-the summary's latency are a bounded window (`MAX_CLOSES`, the last hour).
+Bounded: at most `max_open` items and `max_bytes` of them (an item's size is its
+record and search text plus `ITEM_OVERHEAD`, measured: see the inbox guide); past
+either a newly opened one is not held and is counted in `dropped` (one already held is
+still replaced). The closes and warnings kept for the summary are bounded windows
+(`MAX_CLOSES`, `MAX_WARNINGS`, the last hour).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ MAX_CLOSES = 100_000  # answered interrupts remembered for the latency percentil
 MAX_WARNINGS = 100_000  # unrecognised entries and uncovered interrupts remembered
 _AFTER_EVERY_KEY = "\U0010ffff"  # sorts after any key (keys are base64url)
 ANSWERED = ("resolved", "cancelled")  # closes that count towards response latency
+# What an item costs beyond its record's value and its search text: the Item, its key
+# and parsed strings, its places in the sorted lists and its entries in the dicts
+# (tracemalloc over 2,000 typical items: about 850-900 bytes; tests/inbox holds it under).
+ITEM_OVERHEAD = 1_000
 
 Place = tuple[int, str]  # (opened at ms, key)
 
@@ -50,15 +56,23 @@ class Page:
     total: int
 
 
+def cost(item: Item) -> int:
+    """The bytes an item is counted as holding."""
+    return len(item.value) + len(item.text) + ITEM_OVERHEAD
+
+
 class Index:
-    def __init__(self, max_open: int) -> None:
+    def __init__(self, max_open: int, max_bytes: int = 1 << 62) -> None:
         self.max_open = max_open
+        self.max_bytes = max_bytes
+        self.bytes = 0  # what the items held are counted as (`cost`)
         self.dropped = 0  # opened interrupts not held: the index was full
         self._items: dict[str, Item] = {}
         self._all: list[Place] = []
         self._by_agent: dict[str, list[Place]] = {}
         self._by_group: dict[str, list[Place]] = {}
-        self._by_thread: dict[tuple[str, str], set[str]] = {}
+        # a thread's keys: one key (most threads), or a set of them
+        self._by_thread: dict[tuple[str, str], str | set[str]] = {}
         self._reasons: dict[str, Counter[str]] = {}
         self._closes: deque[Closure] = deque(maxlen=MAX_CLOSES)
         self._warnings: deque[tuple[int, str, str]] = deque(maxlen=MAX_WARNINGS)
@@ -75,18 +89,31 @@ class Index:
         """Hold an opened interrupt (replacing the one under its key); False when the
         index is full and it is not held."""
         old = self._items.get(item.key)
-        if old is None and len(self._items) >= self.max_open:
+        freed = 0 if old is None else cost(old)
+        if (
+            old is None
+            and len(self._items) >= self.max_open
+            or (self.bytes - freed + cost(item) > self.max_bytes)
+        ):
             self.dropped += 1
             return False
         if old is not None:
             self._unlink(old)
         self._items[item.key] = item
+        self.bytes += cost(item)
         place = (item.opened_at_ms, item.key)
         bisect.insort(self._all, place)
         bisect.insort(self._by_agent.setdefault(item.agent, []), place)
         if item.group is not None:
             bisect.insort(self._by_group.setdefault(item.group, []), place)
-        self._by_thread.setdefault((item.agent, item.thread), set()).add(item.key)
+        thread = (item.agent, item.thread)
+        held = self._by_thread.get(thread)
+        if held is None or held == item.key:
+            self._by_thread[thread] = item.key
+        elif isinstance(held, str):
+            self._by_thread[thread] = {held, item.key}
+        else:
+            held.add(item.key)
         self._reasons.setdefault(item.agent, Counter())[item.reason or ""] += 1
         return True
 
@@ -111,6 +138,7 @@ class Index:
         self._warnings.clear()
 
     def _unlink(self, item: Item) -> None:
+        self.bytes -= cost(item)
         place = (item.opened_at_ms, item.key)
         _discard(self._all, place)
         _discard_in(self._by_agent, item.agent, place)
@@ -118,10 +146,12 @@ class Index:
             _discard_in(self._by_group, item.group, place)
         thread = (item.agent, item.thread)
         keys = self._by_thread.get(thread)
-        if keys is not None:
+        if keys == item.key:
+            del self._by_thread[thread]
+        elif isinstance(keys, set):
             keys.discard(item.key)
-            if not keys:
-                del self._by_thread[thread]
+            if len(keys) == 1:
+                self._by_thread[thread] = keys.pop()
         reasons = self._reasons.get(item.agent)
         if reasons is not None:
             reasons[item.reason or ""] -= 1
@@ -201,7 +231,8 @@ class Index:
     def thread(self, agent: str, thread: str) -> list[Item]:
         """A thread's open interrupts, oldest first."""
         keys = self._by_thread.get((agent, thread), ())
-        return sorted((self._items[k] for k in keys), key=lambda i: (i.opened_at_ms, i.key))
+        found = [self._items[keys]] if isinstance(keys, str) else [self._items[k] for k in keys]
+        return sorted(found, key=lambda i: (i.opened_at_ms, i.key))
 
     def agents(self) -> Iterable[str]:
         return self._by_agent.keys()

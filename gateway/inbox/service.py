@@ -38,7 +38,7 @@ class InboxService:
     ) -> None:
         self.settings = settings
         self.clock = clock
-        self.view = InboxView(settings.inbox_max_open, clock)
+        self.view = InboxView(settings.inbox_max_open, clock, settings.inbox_max_bytes)
         self.metrics = InboxMetrics(registry, self.view)
         self.reader = InboxReader(settings, self.view, self.metrics, clock)
         self.routes: list[Route] = routes(self.view, bearer(settings))

@@ -34,8 +34,10 @@ _END = None
 
 
 class InboxView:
-    def __init__(self, max_open: int, clock: Callable[[], float] = time.time) -> None:
-        self.index = Index(max_open)
+    def __init__(
+        self, max_open: int, clock: Callable[[], float] = time.time, max_bytes: int = 1 << 62
+    ) -> None:
+        self.index = Index(max_open, max_bytes)
         self.clock = clock
         self.lag_seconds: float | None = None  # set by the reader; None: not known yet
         self.unreadable = 0  # records skipped: not an interrupts topic record
@@ -47,7 +49,7 @@ class InboxView:
         listener's changes end (a client lists again, then listens again)."""
         for queue in list(self._listeners):
             self._end(queue)
-        self.index = Index(self.index.max_open)
+        self.index = Index(self.index.max_open, self.index.max_bytes)
         self.lag_seconds = None
 
     def now_ms(self) -> int:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import random
+import tracemalloc
 
 import pytest
 
 from gateway.codec import interrupts as records
-from gateway.inbox.index import Index
+from gateway.inbox.index import Index, cost
 from gateway.inbox.items import Item
 from gateway.inbox.query import Query, QueryError, parse
 from tests.inbox.support import opened
@@ -153,3 +155,33 @@ def test_a_replaced_item_is_listed_once_at_its_new_place(index: Index) -> None:
     index.put(item("bot", "t2", "a", 9_000, reason="input"))
     assert keys(index, Query())[-1] == ("bot", "t2", "a") and len(index) == 4
     assert index.reasons_of("bot") == {"approve": 1, "input": 1}
+
+
+def test_past_the_byte_cap_a_new_interrupt_is_not_held_either() -> None:
+    small, large = item(thread="t1"), item(thread="t2", message="m" * 4_000)
+    index = Index(100, max_bytes=cost(small) + cost(large) - 1)
+    assert index.put(small) and not index.put(large) and index.dropped == 1
+    assert index.bytes == cost(small)
+    index.remove(small.key)
+    assert index.bytes == 0 and index.put(large)
+
+
+def test_what_an_item_is_counted_as_holding_is_at_least_what_it_holds() -> None:
+    """The byte cap is only a bound if `cost` does not understate: measured here."""
+    from bench.inboxprobe import record
+
+    rng = random.Random(3)
+    made = [record(rng, n, 10**12) for n in range(2_000)]
+    index = Index(10_000)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _, value in made:
+            index.put(Item(records.Opened.from_json(value), value))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    values = sum(len(value) for _, value in made)  # allocated before: counted, not traced
+    assert held + values <= index.bytes, (held + values) / len(made)
