@@ -89,6 +89,7 @@ class Opened:
     expires_at_ms: int | None
     group: str | None = None
     cut: tuple[str, ...] = ()  # what was cut or left out to bound the record
+    position: int = 0  # its place among its run's interrupts (the run's order)
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
@@ -105,6 +106,7 @@ class Opened:
             "openedAtMs": self.opened_at_ms,
             "expiresAtMs": self.expires_at_ms,
             "group": self.group,
+            "position": self.position,
         }
         if self.cut:
             body["cut"] = list(self.cut)
@@ -131,6 +133,7 @@ class Opened:
                 expires_at_ms=None if body.get("expiresAtMs") is None else int(body["expiresAtMs"]),
                 group=_maybe_text(body.get("group")),
                 cut=tuple(str(c) for c in body.get("cut") or ()),
+                position=int(body.get("position") or 0),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"interrupt record lacks a member: {exc}") from exc
@@ -216,7 +219,8 @@ def changes(
         if interrupt_id in before and old_run == new_run:
             continue
         assert new is not None
-        out.append(opened(agent, thread, new, record, group))
+        position = next(n for n, i in enumerate(new.interrupts) if i.id == interrupt_id)
+        out.append(opened(agent, thread, new, record, group, position))
     return out
 
 
@@ -235,7 +239,12 @@ def _close_status(
 
 
 def opened(
-    agent: str, thread: str, state: ThreadState, record: InterruptRecord, group: str | None = None
+    agent: str,
+    thread: str,
+    state: ThreadState,
+    record: InterruptRecord,
+    group: str | None = None,
+    position: int = 0,
 ) -> Opened:
     """An open interrupt's record, bounded (`cut` names what was cut or left out)."""
     cut: list[str] = []
@@ -270,4 +279,5 @@ def opened(
         expires_at_ms=expires_at_ms,
         group=group,
         cut=tuple(cut),
+        position=position,
     )

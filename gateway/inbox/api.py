@@ -24,7 +24,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.inbox.query import QueryError
 from gateway.settings import Settings
 
 Authorize = Callable[[Request], Awaitable[bool]]
@@ -82,10 +81,10 @@ def routes(source: Source, authorize: Authorize) -> list[Route]:
         params: dict[str, list[str]] = {}
         for name, value in request.query_params.multi_items():
             params.setdefault(name, []).append(value)
-        try:
-            return _json(source.interrupts(params))
-        except QueryError as exc:
-            return _json({"error": "bad_query", "detail": str(exc)}, 400)
+        answer = source.interrupts(params)
+        if "error" in answer:  # a parameter the source cannot read
+            return _json({"error": answer["error"], "detail": answer.get("detail", "")}, 400)
+        return _json(answer)
 
     async def thread(request: Request) -> Response:
         found = source.thread(request.path_params["agent"], request.path_params["thread"])

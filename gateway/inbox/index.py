@@ -229,10 +229,10 @@ class Index:
         return lambda i: all(t(i) for t in tests)
 
     def thread(self, agent: str, thread: str) -> list[Item]:
-        """A thread's open interrupts, oldest first."""
+        """A thread's open interrupts, oldest first (one run's in the run's order)."""
         keys = self._by_thread.get((agent, thread), ())
         found = [self._items[keys]] if isinstance(keys, str) else [self._items[k] for k in keys]
-        return sorted(found, key=lambda i: (i.opened_at_ms, i.key))
+        return sorted(found, key=lambda i: (i.opened_at_ms, i.position, i.key))
 
     def agents(self) -> Iterable[str]:
         return self._by_agent.keys()

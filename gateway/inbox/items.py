@@ -45,6 +45,7 @@ class Item:
         "group",
         "opened_at_ms",
         "expires_at_ms",
+        "position",
         "text",
         "value",
     )
@@ -58,6 +59,7 @@ class Item:
         self.group = opened.group
         self.opened_at_ms = opened.opened_at_ms
         self.expires_at_ms = opened.expires_at_ms
+        self.position = opened.position
         # what a text search looks in, lower-cased once
         self.text = " ".join(
             part

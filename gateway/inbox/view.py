@@ -99,9 +99,21 @@ class InboxView:
     # --- the InboxSource ------------------------------------------------------------------
 
     def interrupts(self, query: Mapping[str, list[str]]) -> dict[str, Any]:
-        """The GET /interrupts answer; QueryError for a parameter it cannot read."""
-        parsed = queries.parse(query)
+        """The GET /interrupts answer; for a parameter it cannot read, an error answer
+        (`error`: "bad_query", `detail` naming the parameter, no items: the API's 400)."""
         now = self.now_ms()
+        try:
+            parsed = queries.parse(query)
+        except queries.QueryError as exc:
+            return {
+                "error": "bad_query",
+                "detail": str(exc),
+                "items": [],
+                "next": None,
+                "total": 0,
+                "asOfMs": now,
+                "lagSeconds": self.lag_seconds,
+            }
         page = self.index.query(parsed, now)
         return {
             "items": [item.to_json(now) for item in page.items],

@@ -188,3 +188,14 @@ def test_keys_split_back_into_their_parts(agent: str, thread: str, interrupt: st
 def test_a_key_that_is_not_one_is_refused(raw: bytes) -> None:
     with pytest.raises(records.InterruptKeyError):
         records.split_key(raw)
+
+
+def test_each_record_says_its_place_among_its_runs_interrupts():
+    pair, f = make_pair(), Feed()
+    run(pair, f, "events", started(), 10)
+    opened = run(pair, f, "events", interrupted("r1", "z", "a", "m"), 20)
+    places = {
+        records.split_key(r.key)[2]: records.Opened.from_json(r.value or b"").position
+        for r in opened
+    }
+    assert places == {"z": 0, "a": 1, "m": 2}

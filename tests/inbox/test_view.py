@@ -131,3 +131,24 @@ async def test_a_listener_too_far_behind_is_ended_not_buffered_without_bound() -
     rest = [change async for change in stream]
     assert len(rest) < MAX_PENDING_CHANGES  # ended, not every change kept
     assert not view._listeners
+
+
+def test_a_query_it_cannot_read_is_an_error_answer_naming_the_parameter() -> None:
+    view = view_with(opened())
+    answer = view.interrupts({"olderThan": ["soon"]})
+    assert answer["error"] == "bad_query" and "olderThan" in answer["detail"]
+    assert answer["items"] == [] and answer["total"] == 0
+
+
+def test_a_threads_interrupts_of_one_run_keep_the_runs_order() -> None:
+    from gateway.codec import interrupts as records
+
+    view = view_with()
+    for position, interrupt in enumerate(["z", "a", "m"]):
+        record = records.Opened(
+            "bot", "t1", "r1", interrupt, None, None, None, None, None, 1_000, None,
+            position=position,
+        )  # fmt: skip
+        view.apply(records.key("bot", "t1", interrupt), record.to_json(), {})
+    answer = view.thread("bot", "t1")
+    assert answer is not None and [i["interrupt"] for i in answer["open"]] == ["z", "a", "m"]
