@@ -1,4 +1,4 @@
-"""12. The inbox's view at size (issue 28): bytes per open interrupt, the API's p99.
+"""The inbox's view at size (issue 28): bytes per open interrupt, the API's p99.
 
 A fresh process (bench/inboxprobe.py) feeds `inbox_interrupts` open interrupts to an
 `InboxView` as its reader does, then answers a mix of requests through the inbox's

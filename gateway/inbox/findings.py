@@ -119,12 +119,13 @@ class FindingsReader:
             consumer.seek(tp, offset)
         since = int(self.clock() * 1000) - HOUR_MS
         starts = await consumer.offsets_for_times({tp: since for tp in new})
+        # nothing that recent: from the end as it is now (an offset, not the lazy "latest",
+        # which would skip what arrives before the first fetch)
+        empty = [tp for tp in new if starts.get(tp) is None]
+        ends = await consumer.end_offsets(empty) if empty else {}
         for tp in new:
             found = starts.get(tp)
-            if found is None:
-                await consumer.seek_to_end(tp)
-            else:
-                consumer.seek(tp, found.offset)
+            consumer.seek(tp, found.offset if found is not None else ends[tp])
         return every
 
 

@@ -430,12 +430,12 @@ async def test_topics_create_by_a_principal_without_create_says_so_and_exits_2(
     not a layout it cannot fix; granted Create, the same command creates them."""
     principal = f"User:{GATEWAY_USER}"
     agent_topics = [ns.events(AGENT), ns.requests(AGENT), ns.run_requests(AGENT)]
-    wanted = sorted([*agent_topics, ns.changelog(AGENT), ns.rejections, ns.warnings])
+    wanted = sorted([*agent_topics, ns.changelog(AGENT), ns.rejections, ns.warnings, ns.interrupts])
     result = await asyncio.to_thread(run_cli, ns.env(), "topics", "create", "--agent", AGENT)
     assert result.returncode == 2, result
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert f"Kafka refuses the principal {principal} the creation of 6 topics" in lines[0]
+    assert f"Kafka refuses the principal {principal} the creation of 7 topics" in lines[0]
     assert "(TOPIC_AUTHORIZATION_FAILED)" in lines[0]
     assert all(topic in lines[0] for topic in wanted)
     assert "cannot fix" not in result.stderr and "mismatch" not in result.stdout

@@ -233,13 +233,13 @@ def agent_topic_layout(
     if settings.interrupts_topic:
         inbox[settings.interrupts_topic] = (shared_partitions, interrupts_configs())
     return {
-        **inbox,
         names.events: (partitions, dict(log_append)),
         names.requests: (partitions, dict(log_append)),
         names.run_requests: (partitions, {}),
         names.changelog: (partitions, changelog_configs()),
         names.rejections: (shared_partitions, {}),
         names.warnings: (shared_partitions, {}),
+        **inbox,
     }
 
 
