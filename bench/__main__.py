@@ -52,6 +52,7 @@ SCENARIOS = (
     "core",
     "fleet",
     "loop",
+    "inbox",
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 FLEET_BROKER_HEAP = "-Xms512m -Xmx2g"  # KAFKA_HEAP_OPTS for a broker started for a large fleet

@@ -51,6 +51,9 @@ class Size:
     loop_conversations: int = 6
     loop_concurrency: int = 3
     loop_warmup: int = 3
+    # the inbox's view (issue 28): open interrupts held, and API requests measured
+    inbox_interrupts: int = 100_000
+    inbox_queries: int = 2_000
 
 
 SMALL = Size(
@@ -97,6 +100,8 @@ SIZES = {
         restore_threads=5_000,
         core_seconds=0.2,
         pair_events=20_000,
+        inbox_interrupts=2_000,
+        inbox_queries=200,
     ),
     "small": SMALL,
     # the latency target's offered load (1,000 requests/s) for a shorter time than full,

@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
         "(AGUI_GATEWAY_EDGE_* settings)",
     )
 
+    commands.add_parser(
+        "inbox",
+        help="serve the inbox's JSON API (GET /interrupts, ...) from the interrupts topic, on "
+        "inbox_port (AGUI_GATEWAY_INBOX_* settings)",
+    )
+
     topics = commands.add_parser("topics", help="manage an agent's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     create = topic_commands.add_parser(
@@ -166,10 +172,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     acls.add_argument(
         "--role",
-        choices=("gateway", "bridge", "auditor"),
+        choices=("gateway", "bridge", "auditor", "inbox"),
         default="gateway",
-        help="whose ACLs: the gateway's (default), the bridge's (agui-gateway bridge) or an "
-        "auditor's (agui-gateway audit: Read on the audit topic)",
+        help="whose ACLs: the gateway's (default), the bridge's (agui-gateway bridge), an "
+        "auditor's (agui-gateway audit: Read on the audit topic) or the inbox reader's "
+        "(agui-gateway inbox: Read on interrupts_topic and on the rejections and warnings "
+        "topics; the agent pattern names whose, when those are templates)",
     )
     acls.add_argument(
         "--command-config",
@@ -334,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.commands import edge
 
         return edge.main(settings)
+    if args.command == "inbox":
+        from gateway.commands import inbox
+
+        return inbox.main(settings)
     if args.command == "topics":
         from gateway.commands import topics
 

@@ -27,15 +27,18 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 log = logging.getLogger("gateway.http")
 
 Readiness = Callable[[], tuple[bool, dict[str, Any]]]
 
 
-def app(registry: CollectorRegistry, readiness: Readiness) -> Starlette:
-    """The endpoints. GET and HEAD only (Starlette answers 405 otherwise, 404 elsewhere)."""
+def app(
+    registry: CollectorRegistry, readiness: Readiness, routes: Iterable[BaseRoute] = ()
+) -> Starlette:
+    """The endpoints, and `routes` (the inbox's API when it is enabled). GET and HEAD only
+    (Starlette answers 405 otherwise, 404 elsewhere)."""
 
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"alive"}\n', media_type="application/json")
@@ -58,6 +61,7 @@ def app(registry: CollectorRegistry, readiness: Readiness) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
+            *routes,
         ]
     )
 
@@ -102,11 +106,19 @@ class _Server(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, readiness: Readiness):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry,
+        readiness: Readiness,
+        routes: Iterable[BaseRoute] = (),
+    ):
         self.host = host
         self.port = port
         self.registry = registry
         self.readiness = readiness
+        self.routes = list(routes)
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -115,7 +127,7 @@ class HttpServer:
         sock = _bind(self.host, self.port)
         port = int(sock.getsockname()[1])
         config = uvicorn.Config(
-            app(self.registry, self.readiness),
+            app(self.registry, self.readiness, self.routes),
             log_config=None,  # uvicorn's records go to the gateway's JSON handler
             access_log=False,
             lifespan="off",

@@ -198,6 +198,11 @@ class Settings(BaseSettings):
     """How long `topics create` makes the audit topic keep its records (retention.ms),
     in days; -1 keeps them forever. 400 days holds a whole year for a yearly review.
     Only applied when the topic is created."""
+    interrupts_topic: str = "agui.interrupts"
+    """The inbox's compacted topic, one for all agents and groups: a record per open
+    interrupt (keyed by agent, thread and interrupt id) and a tombstone when it closes,
+    written in the same transaction as the state change; made by `topics create`. Empty:
+    not written (the inbox then has nothing to show)."""
     agent_name_pattern: str = r"[A-Za-z0-9_-]+"
     """Regular expression an agent's name ({agent}) must match; a group's name too."""
     groups: dict[str, AgentGroup] = {}
@@ -519,6 +524,31 @@ class Settings(BaseSettings):
         if any(a.lower() == "none" for a in value) or not value:
             raise ValueError('list signature algorithms, never "none"')
         return value
+
+    # --- The inbox (open interrupts of every agent, read from interrupts_topic) ---------
+    inbox_enabled: bool = False
+    """Serve the inbox's JSON API (`/interrupts`, `/threads/...`) on the gateway's HTTP
+    port; `agui-gateway inbox` serves it whatever this says."""
+    inbox_token: SecretStr | None = None
+    """Bearer token the inbox's API asks for (`Authorization: Bearer <token>`). Unset: every
+    request is refused (401) unless inbox_open says otherwise."""
+    inbox_open: bool = False
+    """Serve the inbox's API with no token at all (for a trusted network only)."""
+    inbox_max_open: int = Field(default=200_000, ge=1)
+    """Open interrupts the inbox's view holds at most. Past it (or past inbox_max_bytes)
+    an interrupt that opens is not held nor listed, and counted in
+    agui_gateway_inbox_dropped_total; it shows once a view reads the topic again (a
+    restart) with room for it. Those held stay right."""
+    inbox_max_bytes: int = Field(default=512 << 20, ge=1 << 20)
+    """Bytes the inbox's view counts its open interrupts as holding, at most: each its
+    record and search text plus 1,000 bytes (about 1.6 KiB for a typical interrupt, up to
+    about 90 KiB for one with the largest message and responseSchema); past it, as
+    past inbox_max_open."""
+    inbox_group_id: str = "agui-gateway-inbox"
+    """Prefix of the inbox reader's client id (it reads with no consumer group, from the
+    beginning of interrupts_topic, and commits nothing)."""
+    inbox_port: int = Field(default=9466, ge=0, le=65535)
+    """HTTP port of `agui-gateway inbox` (on http_host)."""
 
     @field_validator("events_topic", "requests_topic", "run_requests_topic", "changelog_topic")
     @classmethod

@@ -213,11 +213,13 @@ def _walk(registry: Any) -> Iterator[MetricDoc]:
 
 def metric_docs() -> dict[str, list[tuple[MetricDoc, tuple[str, ...]]]]:
     """The gateway's (with the labels kept under the default `dashboard` policy), the
-    bridge's and the edge's metrics, each read from a registry built as the service does."""
+    bridge's, the edge's and the inbox's metrics, each read from a registry built as the service does."""
     from prometheus_client import CollectorRegistry
 
     from gateway.bridge.metrics import BridgeMetrics
     from gateway.edge.metrics import EdgeMetrics
+    from gateway.inbox.reader import InboxMetrics
+    from gateway.inbox.view import InboxView
     from gateway.observe.detail import AgentDetail
     from gateway.observe.metrics import Metrics
 
@@ -232,6 +234,7 @@ def metric_docs() -> dict[str, list[tuple[MetricDoc, tuple[str, ...]]]]:
         "gateway": [(m, dashboard.get(m.name, m.labels)) for m in full],
         "bridge": [(m, m.labels) for m in build(BridgeMetrics)],
         "edge": [(m, m.labels) for m in build(EdgeMetrics)],
+        "inbox": [(m, m.labels) for m in build(lambda r: InboxMetrics(r, InboxView(1)))],
     }
 
 
@@ -509,6 +512,7 @@ PARTS: dict[str, Callable[[], str]] = {
     "metrics:gateway": lambda: metrics("gateway"),
     "metrics:bridge": lambda: metrics("bridge"),
     "metrics:edge": lambda: metrics("edge"),
+    "metrics:inbox": lambda: metrics("inbox"),
     "cli": cli,
     "schemas": schemas,
     "bench-results": bench_results,

@@ -15,6 +15,7 @@ from gateway.kafka.wire.acls import (
     bridge_acls,
     gateway_acls,
     group_acls,
+    inbox_acls,
     kafka_acls_commands,
     overlaps,
 )
@@ -63,6 +64,8 @@ def main(
                 "(agui.{agent}.audit) an auditor can be given one agent's (or group's) only",
                 file=sys.stderr,
             )
+    elif role == "inbox":
+        acls = inbox_acls(settings, principal, agent_pattern)
     else:
         acls = gateway_acls(
             settings,
@@ -80,7 +83,7 @@ def main(
                 "name prefix ending in *",
                 file=sys.stderr,
             )
-    for note in overlaps(settings, agent_pattern, role) if role != "auditor" else ():
+    for note in overlaps(settings, agent_pattern, role) if role in ("gateway", "bridge") else ():
         print(f"agui-gateway acls: note: {note}", file=sys.stderr)
     return _emit(settings, acls, action, command_config, principal)
 

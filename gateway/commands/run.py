@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from gateway.commands import collector
 from gateway.commands.lifecycle import run_until_stopped, serving
 from gateway.http import HttpServer
+from gateway.inbox.service import InboxService
 from gateway.kafka.runner import Gateway
 from gateway.kafka.wire import clients
 from gateway.observe import logs
@@ -26,9 +27,26 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     PlatformCollector(registry=registry)
     await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
     gateway = Gateway(settings, Metrics(registry, settings.metrics_agent_detail))
-    http = HttpServer(settings.http_host, settings.http_port, registry, gateway.ready)
+    inbox = InboxService(settings, registry) if settings.inbox_enabled else None
+    http = HttpServer(
+        settings.http_host,
+        settings.http_port,
+        registry,
+        gateway.ready,
+        inbox.routes if inbox is not None else (),
+    )
     async with serving(http, stop, settings.shutdown_timeout_s):
-        await gateway.run(stop)
+        if inbox is None:
+            await gateway.run(stop)
+            return
+        # the inbox's reader beside the gateway: it never stops the gateway (a failed
+        # reader starts again on its own); it stops with it
+        reading = asyncio.create_task(inbox.run(stop), name="inbox")
+        try:
+            await gateway.run(stop)
+        finally:
+            stop.set()
+            await asyncio.gather(reading, return_exceptions=True)
 
 
 def main(settings: Settings) -> int:

@@ -1,1 +1,13 @@
-"""The interrupt inbox: open interrupts of every agent, served and answerable."""
+"""The interrupt inbox: open interrupts of every agent, served and answerable.
+
+The gateway writes each interrupt it opens or closes to the compacted interrupts topic
+(`gateway.codec.interrupts`) in the transaction of the state change; this package
+reads that topic into a view any process can serve: `items` (one open interrupt, as
+held and as answered), `index` (the pure in-memory index: filters, order, paging,
+summary), `query` (a request's parameters, read and checked), `view` (the index
+behind the contract's InboxSource: answers and live changes), `reader` (the Kafka
+reader that feeds it, and its lag), `findings` (the last hour of warnings and rejections
+the summary counts), `api` (the JSON API and its bearer token) and
+`service` (the view, its reader and its routes, as a command or the gateway runs them).
+It imports the codec and the settings, never the gateway's Kafka loop.
+"""

@@ -175,6 +175,7 @@ class Gateway:
             topic_exists=self.reply_topics.allowed,
             approvers=tuple(rule.rule() for rule in settings.approvers),
             verifier=verifier(settings),
+            interrupts_topic=settings.interrupts_topic or None,
         )
         approver_warnings(settings)
         self.status = Status(metrics.gauges)

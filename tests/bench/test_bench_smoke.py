@@ -56,6 +56,10 @@ EXPECTED = {
     "fleet.group.2.p99_ms_50rps",
     "fleet.group.2.p99_ms_200rps",
     # the whole loop (issue 25): edge, gateway, bridge and an agent stub, per approving resume
+    # the inbox's view (issue 28): memory per open interrupt, the API's percentiles
+    "inbox.bytes_per_interrupt",
+    "inbox.api_p99_ms",
+    "inbox.api_p50_ms",
     "loop.own_p50_ms",
     "loop.own_p95_ms",
     "loop.resume_p50_ms",

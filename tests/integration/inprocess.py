@@ -29,6 +29,7 @@ def settings_for(ns: Namespace, **overrides: Any) -> Settings:
         rejections_topic=ns.rejections,
         warnings_topic=ns.warnings,
         audit_topic=ns.audit,
+        interrupts_topic=ns.interrupts,
         discovery_interval_ms=1000,
         session_timeout_ms=6000,
         heartbeat_interval_ms=500,

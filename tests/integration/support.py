@@ -53,6 +53,7 @@ class Namespace:
                 "AGUI_GATEWAY_REJECTIONS_TOPIC": f"{self.prefix}.rejections",
                 "AGUI_GATEWAY_WARNINGS_TOPIC": f"{self.prefix}.warnings",
                 "AGUI_GATEWAY_AUDIT_TOPIC": f"{self.prefix}.audit",
+                "AGUI_GATEWAY_INTERRUPTS_TOPIC": f"{self.prefix}.interrupts",
                 "AGUI_GATEWAY_DISCOVERY_INTERVAL_MS": "1000",
                 "AGUI_GATEWAY_SESSION_TIMEOUT_MS": "6000",
                 "AGUI_GATEWAY_HEARTBEAT_INTERVAL_MS": "500",
@@ -85,6 +86,9 @@ class Namespace:
     @property
     def audit(self) -> str:
         return f"{self.prefix}.audit"
+
+    def interrupts(self) -> str:
+        return f"{self.prefix}.interrupts"
 
     async def create_agent(
         self, agent: str, partitions: int = 3, *, binary: Path = GATEWAY_BIN

@@ -430,7 +430,9 @@ async def test_topics_create_by_a_principal_without_create_says_so_and_exits_2(
     not a layout it cannot fix; granted Create, the same command creates them."""
     principal = f"User:{GATEWAY_USER}"
     agent_topics = [ns.events(AGENT), ns.requests(AGENT), ns.run_requests(AGENT)]
-    wanted = sorted([*agent_topics, ns.changelog(AGENT), ns.rejections, ns.warnings, ns.audit])
+    wanted = sorted(
+        [*agent_topics, ns.changelog(AGENT), ns.rejections, ns.warnings, ns.audit, ns.interrupts]
+    )
     result = await asyncio.to_thread(run_cli, ns.env(), "topics", "create", "--agent", AGENT)
     assert result.returncode == 2, result
     lines = result.stderr.strip().splitlines()

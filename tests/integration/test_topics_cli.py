@@ -78,6 +78,7 @@ async def test_a_groups_topics_are_made_with_the_groups_partitions(kafka_bootstr
         ns.rejections: "created",
         ns.warnings: "created",
         ns.audit: "created",
+        ns.interrupts: "created",
     }  # the group's four topics: none of its agents'
     partitions = await _partitions(ns, [ns.events("team"), ns.changelog("team")])
     assert partitions == {ns.events("team"): 2, ns.changelog("team"): 2}

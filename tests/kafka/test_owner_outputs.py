@@ -17,7 +17,7 @@ from gateway.kafka.pairs.pair import PartitionPair
 from gateway.kafka.runner import Gateway
 from gateway.kafka.wire.acls import Acl, gateway_acls, group_acls, overlaps
 from gateway.kafka.wire.replytopics import ReplyTopics
-from gateway.kafka.wire.topics import TopicNames, agent_topic_layout
+from gateway.kafka.wire.topics import TopicNames, agent_topic_layout, interrupts_configs
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 from tests.kafka.test_pair import Feed, make_pair
@@ -53,7 +53,8 @@ def test_topics_create_makes_the_owners_outputs_with_the_shared_ones_layout() ->
     assert layout["agui.payments.rejections"] == (3, {})
     assert layout["agui.payments.warnings"] == (3, {})
     assert layout["agui.payments.audit"][0] == 3
-    assert "agui.rejections" not in layout and "agui.audit" not in layout and len(layout) == 7
+    assert "agui.rejections" not in layout and "agui.audit" not in layout and len(layout) == 8
+    assert layout["agui.interrupts"] == (3, interrupts_configs())
     assert agent_topic_layout(Settings(), "payments", 6, 3)["agui.rejections"] == (3, {})
 
 

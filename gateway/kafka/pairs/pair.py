@@ -48,7 +48,7 @@ from gateway.kafka.pairs.agents import Layout, OwnTopics, Unusable
 from gateway.kafka.pairs.decide import decide, lagging, rejected
 from gateway.kafka.pairs.effects import Effects
 from gateway.kafka.pairs.merge import Fence, Merge, Step
-from gateway.kafka.pairs.round import Round
+from gateway.kafka.pairs.round import InboxTarget, Round
 from gateway.kafka.pairs.shaping import MAX_KEY_BYTES, MAX_RECORD_BYTES
 from gateway.kafka.pairs.sweep import Sweep
 from gateway.kafka.wire.attestation import Verifier, caller_of
@@ -77,6 +77,7 @@ class PairContext:
     # the approver policy, and the identity headers' verifier (None: no key is trusted)
     approvers: tuple[ApproverRule, ...] = ()
     verifier: Verifier | None = None
+    interrupts_topic: str | None = None  # the inbox's compacted topic (None: not written)
 
 
 class PartitionPair:
@@ -100,6 +101,11 @@ class PartitionPair:
         self._active_committed: set[bytes] = set()  # the same, as last committed
         self.sweeper = Sweep(context.retention)
         self.effects = Effects(topics, context, self.layout.group)
+        self.inbox = (
+            None
+            if not context.interrupts_topic
+            else InboxTarget(context.interrupts_topic, self.layout.split, self.layout.group)
+        )
         self.round = self._new_round()  # the open round, being filled
         self.sealed: Round | None = None  # the round whose transaction is being committed
         # committed facts
@@ -107,7 +113,7 @@ class PartitionPair:
         self.thread_count = 0
 
     def _new_round(self) -> Round:
-        return Round(self.agent, self.topics.changelog, self.partition)
+        return Round(self.agent, self.topics.changelog, self.partition, self.inbox)
 
     # --- intake ------------------------------------------------------------------------
 
@@ -158,6 +164,7 @@ class PartitionPair:
     def process(self, events_position: int | None, mono_now: float, wall_ms: int) -> None:
         """Consume buffered records in timestamp order, as far as the fence allows."""
         merge = self.merge
+        self.round.at_ms = max(self.round.at_ms, wall_ms)
         if not merge.requests and merge.events:
             self._apply_all(merge.events)
         while (step := merge.next(events_position, mono_now)) is not None:
@@ -401,6 +408,8 @@ class PartitionPair:
             assert thread_id is not None  # a state is only ever found for a thread
             # last: nothing above is left half done
             self.put(found.state, found.new, key(agent, thread_id))
+            if found.forward is not None:  # cannot fail: what the interrupts topic says
+                self.round.answered(key(agent, thread_id), found.raw)
 
     # --- sweeping -------------------------------------------------------------------------
 
@@ -413,6 +422,7 @@ class PartitionPair:
 
         See `gateway.kafka.pairs.sweep.Sweep`. True when a pass ends.
         """
+        self.round.at_ms = max(self.round.at_ms, now_ms)
         return self.sweeper.step(self, now_ms, limit, max_changes)
 
     # --- warnings -------------------------------------------------------------------------

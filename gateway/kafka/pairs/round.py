@@ -18,11 +18,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.codec import changelog
+from gateway.codec import interrupts as inbox_records
 from gateway.codec.records import OutRecord
 from gateway.core import RunStatus, ThreadState
 from gateway.kafka.pairs import shaping
 
 log = logging.getLogger("gateway.round")
+
+
+@dataclass(frozen=True, slots=True)
+class InboxTarget:
+    """Where a pair's rounds write the interrupts topic, and how its keys split into
+    (agent, threadId); `group` is the pair's group (None on an agent's own topics)."""
+
+    topic: str
+    split: Callable[[str], tuple[str, str]]
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +63,19 @@ class Round:
         "open_delta",
         "thread_delta",
         "started",
+        "inbox",
+        "base",
+        "answers",
+        "at_ms",
     )
 
-    def __init__(self, agent: str, changelog_topic: str, partition: int) -> None:
+    def __init__(
+        self,
+        agent: str,
+        changelog_topic: str,
+        partition: int,
+        inbox: InboxTarget | None = None,
+    ) -> None:
         self.agent = agent
         self.changelog_topic = changelog_topic
         self.partition = partition
@@ -71,6 +92,12 @@ class Round:
         self.open_delta = 0
         self.thread_delta = 0
         self.started: float | None = None  # when the round first held something to commit
+        # The interrupts topic (None: not written): each changed thread's state before
+        # this round, the resume statuses forwards answered with, and the latest time.
+        self.inbox = inbox
+        self.base: dict[str, ThreadState | None] = {}
+        self.answers: dict[str, dict[str, str]] = {}
+        self.at_ms = 0
 
     # --- what the round holds -----------------------------------------------------------
 
@@ -109,6 +136,8 @@ class Round:
         key = new.thread_id if key is None else key
         # First: a state that cannot be encoded raises here, before anything changed.
         self._encoded[key] = (new, changelog.encode(new))
+        if key not in self.base:
+            self.base[key] = old
         self.open_delta += len(new.interrupts) - (len(old.interrupts) if old else 0)
         if old is None:
             self.thread_delta += 1
@@ -121,6 +150,8 @@ class Round:
 
     def delete(self, old: ThreadState, key: str | None = None) -> None:
         key = old.thread_id if key is None else key
+        if key not in self.base:
+            self.base[key] = old
         self.open_delta -= len(old.interrupts)
         self.thread_delta -= 1
         self._encoded.pop(key, None)
@@ -135,9 +166,58 @@ class Round:
 
     # --- what the checkpoint writes ---------------------------------------------------------
 
+    def answered(self, key: str, request: Any) -> None:
+        """A forwarded request answered interrupts of the thread under `key`: remember
+        each resume entry's status (resolved or cancelled) for the interrupts topic."""
+        resume = request.get("resume") if isinstance(request, dict) else None
+        if not isinstance(resume, list):
+            return
+        statuses = self.answers.setdefault(key, {})
+        for entry in resume:
+            if isinstance(entry, dict) and isinstance(entry.get("interruptId"), str):
+                statuses[entry["interruptId"]] = str(entry.get("status"))
+
     def records(self) -> list[OutRecord]:
-        """Every record this round writes: its outputs, then its changelog records."""
-        return self.out + self.changelog_records()
+        """Every record this round writes: its outputs, then its changelog records, then
+        its interrupts topic records."""
+        changelog_out = self.changelog_records()  # may slim states: read them after
+        return self.out + changelog_out + self.inbox_records()
+
+    def inbox_records(self) -> list[OutRecord]:
+        """The interrupts opened and closed by this round's state changes (none when the
+        interrupts topic is off)."""
+        inbox = self.inbox
+        if inbox is None:
+            return []
+        out = []
+        for thread_key, new in self.changes.items():
+            old = self.base.get(thread_key)
+            if old is None and new is None:
+                continue
+            agent, thread = inbox.split(thread_key)
+            try:
+                found = inbox_records.changes(
+                    agent,
+                    thread,
+                    old,
+                    new,
+                    self.at_ms,
+                    self.answers.get(thread_key),
+                    inbox.group,
+                )
+            except Exception:
+                log.exception(
+                    "internal error deriving a thread's interrupts topic records; skipped",
+                    extra={"agent": self.agent, "threadId": thread},
+                )
+                continue
+            for change in found:
+                record_key = inbox_records.key(change.agent, change.thread, change.interrupt)
+                if isinstance(change, inbox_records.Closed):
+                    out.append(OutRecord(inbox.topic, record_key, None, change.headers()))
+                else:
+                    out.append(OutRecord(inbox.topic, record_key, change.to_json()))
+        return out
 
     def changelog_records(self) -> list[OutRecord]:
         out = []

@@ -11,6 +11,7 @@ DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
   DESCRIBE_CONFIGS to check it is compacted (CREATE only if the gateway is to
   create changelogs itself; `topics create` makes them)
 - reply: Topic WRITE on the reply topics
+- the inbox's interrupts topic: Topic WRITE
 - its consumer group: Group READ (joins, fetches and commits offsets in transactions)
 - its transactional ids: TransactionalId WRITE. A transactional producer is
   idempotent under that permission: no Cluster IDEMPOTENT_WRITE is needed. Which
@@ -22,6 +23,7 @@ DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
 
 An auditor (`agui-gateway audit`, `auditor_acls`) reads the audit topic: Topic READ
 on it, without a consumer group (it assigns the partitions itself).
+The inbox (`inbox_acls`) reads the interrupts topic, which the gateway writes.
 
 The bridge (`agui-gateway bridge`, `bridge_acls`) reads run-requests, writes
 events and its run markers (a topic it creates and checks is compacted), in its
@@ -142,6 +144,7 @@ def gateway_acls(
         *topic(settings.run_requests_topic, "Write"),
         *topic(settings.changelog_topic, *changelog_ops),
         *_outputs(settings, topic, principal),
+        *_interrupts(settings, "Write", principal),
         *(Acl("topic", p, "prefixed", "Write", principal) for p in reply_topic_prefixes),
         Acl("group", settings.group_id, "literal", "Read", principal),
         *transactional_ids(settings, agent_pattern, principal, instance_names),
@@ -180,6 +183,25 @@ def auditor_acls(settings: Settings, agent_pattern: str, principal: str) -> list
     trail; with a template (`agui.{agent}.audit`) the named agents' (or groups') only."""
     topic = _agent_topics(settings, agent_pattern, principal)
     return _sorted(_shared_or_own(settings, topic, principal, settings.audit_topic, "Read"))
+
+
+def _interrupts(settings: Settings, operation: str, principal: str) -> list[Acl]:
+    """`operation` on the inbox's interrupts topic (none when it is off)."""
+    if not settings.interrupts_topic:
+        return []
+    return [Acl("topic", settings.interrupts_topic, "literal", operation, principal)]
+
+
+def inbox_acls(settings: Settings, principal: str, agent_pattern: str = "*") -> list[Acl]:
+    """The inbox reader's ACLs (`agui-gateway inbox`, or a gateway with inbox_enabled):
+    Read on the interrupts topic, and on the rejections and warnings topics its summary
+    counts from (the ones for all, or, when those settings are templates, the topics of
+    the agents `agent_pattern` names). It joins no consumer group and writes nothing."""
+    topic = _agent_topics(settings, agent_pattern, principal)
+    acls = _interrupts(settings, "Read", principal)
+    for name in (settings.rejections_topic, settings.warnings_topic):
+        acls += _shared_or_own(settings, topic, principal, name, "Read")
+    return _sorted(acls)
 
 
 def bridge_acls(settings: Settings, agent_pattern: str, principal: str) -> list[Acl]:

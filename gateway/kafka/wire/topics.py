@@ -227,9 +227,14 @@ def agent_topic_layout(
 ) -> dict[str, tuple[int, dict[str, str]]]:
     """What `topics create` makes for one agent (or group), plus its rejections, warnings
     and (with audit_enabled) audit topics: the shared ones, or its own when those
-    settings are templates (with the shared ones' partitions and configs either way)."""
+    settings are templates (with the shared ones' partitions and configs either way), and
+    the inbox's compacted interrupts topic (one for all, with the shared partitions)
+    unless it is off."""
     names = TopicNames(settings).for_agent(agent)
     log_append = {"message.timestamp.type": "LogAppendTime"}
+    inbox: dict[str, tuple[int, dict[str, str]]] = {}
+    if settings.interrupts_topic:
+        inbox[settings.interrupts_topic] = (shared_partitions, interrupts_configs())
     layout = {
         names.events: (partitions, dict(log_append)),
         names.requests: (partitions, dict(log_append)),
@@ -237,6 +242,7 @@ def agent_topic_layout(
         names.changelog: (partitions, changelog_configs()),
         names.rejections: (shared_partitions, {}),
         names.warnings: (shared_partitions, {}),
+        **inbox,
     }
     if names.audit is not None:
         layout[names.audit] = (shared_partitions, audit_configs(settings))
@@ -249,6 +255,13 @@ def audit_configs(settings: Settings) -> dict[str, str]:
     days = settings.audit_retention_days
     retention = "-1" if days < 0 else str(days * 24 * 3600 * 1000)
     return {"cleanup.policy": "delete", "retention.ms": retention}
+
+
+def interrupts_configs() -> dict[str, str]:
+    """The interrupts topic's: compacted as a changelog (the latest record per interrupt,
+    tombstones removed a day after compaction), so a reader starting from the beginning
+    reads about as many records as there are open interrupts."""
+    return changelog_configs()
 
 
 def changelog_configs() -> dict[str, str]:

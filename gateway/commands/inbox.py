@@ -1,0 +1,41 @@
+"""`agui-gateway inbox`: the inbox's JSON API on its own, until SIGTERM/SIGINT.
+
+It reads the interrupts topic into its view (`gateway.inbox`) and serves the API on
+`inbox_port`, with /healthz, /readyz (ready once the topic was read to its end) and
+/metrics beside it. Any number may run: each reads the whole topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+
+from gateway.commands.lifecycle import run_until_stopped, serving
+from gateway.http import HttpServer
+from gateway.inbox.service import InboxService
+from gateway.kafka.wire import clients
+from gateway.observe import logs
+from gateway.settings import Settings
+
+
+async def serve(
+    settings: Settings, stop: asyncio.Event | None = None, registry: CollectorRegistry | None = None
+) -> None:
+    stop = stop or asyncio.Event()
+    if registry is None:
+        registry = CollectorRegistry()
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+    await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
+    service = InboxService(settings, registry)
+    http = HttpServer(
+        settings.http_host, settings.inbox_port, registry, service.ready, service.routes
+    )
+    async with serving(http, stop, settings.shutdown_timeout_s):
+        await service.run(stop)
+
+
+def main(settings: Settings) -> int:
+    logs.configure(settings.log_level)
+    return run_until_stopped("inbox", settings, serve(settings))

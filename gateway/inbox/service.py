@@ -1,0 +1,91 @@
+"""The view, its reader and its routes together: what `agui-gateway inbox` runs, and what
+`agui-gateway run` adds to its HTTP port when `inbox_enabled`.
+
+A reader that fails (Kafka gone longer than its clients retry) is logged and started
+again after `RESTART_S`, on an emptied view: the topic is read from its beginning
+again, so a close whose tombstone compaction removed meanwhile is not missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from starlette.routing import Route
+
+from gateway.inbox.api import bearer, routes
+from gateway.inbox.findings import FindingsReader
+from gateway.inbox.reader import InboxMetrics, InboxReader
+from gateway.inbox.view import InboxView
+from gateway.settings import Settings
+
+log = logging.getLogger("gateway.inbox")
+
+RESTART_S = 5.0
+
+
+class InboxService:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.view = InboxView(settings.inbox_max_open, clock, settings.inbox_max_bytes)
+        self.metrics = InboxMetrics(registry, self.view)
+        self.reader = InboxReader(settings, self.view, self.metrics, clock)
+        self.routes: list[Route] = routes(self.view, bearer(settings))
+        if not settings.inbox_open and settings.inbox_token is None:
+            log.warning(
+                "inbox_token is not set: the inbox's API refuses every request (401); set "
+                "it, or inbox_open for a trusted network"
+            )
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        """Ready once the view has read the whole topic once."""
+        return self.reader.caught_up.is_set(), {
+            "inbox": {"open": len(self.view.index), "lagSeconds": self.view.lag_seconds}
+        }
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read into the view until `stop`; a failed reader starts again (the interrupts
+        topic's on an empty view)."""
+        try:
+            await asyncio.gather(self._interrupts(stop), self._warnings(stop))
+        finally:
+            self.view.stop()
+
+    async def _interrupts(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.reader.run(stop)
+            except Exception as exc:
+                log.error(
+                    "the inbox's reader failed; reading the topic again from its beginning",
+                    extra={"error": repr(exc)},
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RESTART_S)
+                self.view.index.forget_warnings()
+                self.view.reset()
+                self.reader = InboxReader(self.settings, self.view, self.metrics, self.clock)
+
+    async def _warnings(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await FindingsReader(self.settings, self.view, self.clock).run(stop)
+            except Exception as exc:
+                log.error(
+                    "the inbox's warnings and rejections reader failed; starting it again",
+                    extra={"error": repr(exc)},
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RESTART_S)
+                self.view.index.forget_warnings()

@@ -1,0 +1,228 @@
+"""The inbox's view: the index behind the contract's InboxSource, fed record by record.
+
+`apply` takes one interrupts topic record (a value: opened; a tombstone: closed) and
+`warning` one warning record the summary counts; `interrupts`, `thread` and `summary`
+give the API's answers (JSON-ready dicts); `changes` streams what opens and closes
+from now on. A record that cannot be read is counted and skipped, never fatal.
+
+Live changes go to each listener through a queue of `MAX_PENDING_CHANGES`: a listener
+that falls that far behind is ended (its stream closes; it may connect again), so a
+slow client never holds memory without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from gateway.codec import interrupts as records
+from gateway.inbox import query as queries
+from gateway.inbox.index import ANSWERED, Closure, Index, percentile
+from gateway.inbox.items import Item, iso, key_of
+
+log = logging.getLogger("gateway.inbox")
+
+MAX_PENDING_CHANGES = 10_000
+COUNTED_WARNINGS = {
+    "unrecognised_entry": "unrecognisedEntries",
+    "uncovered_interrupt": "uncoveredInterrupts",
+}
+_END = None
+
+
+class InboxView:
+    def __init__(
+        self, max_open: int, clock: Callable[[], float] = time.time, max_bytes: int = 1 << 62
+    ) -> None:
+        self.index = Index(max_open, max_bytes)
+        self.clock = clock
+        self.lag_seconds: float | None = None  # set by the reader; None: not known yet
+        self.unreadable = 0  # records skipped: not an interrupts topic record
+        self._listeners: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self._stopped = False
+
+    def reset(self) -> None:
+        """Forget every open interrupt, to read the topic again from its beginning; every
+        listener's changes end (a client lists again, then listens again)."""
+        for queue in list(self._listeners):
+            self._end(queue)
+        self.index = Index(self.index.max_open, self.index.max_bytes)
+        self.lag_seconds = None
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # --- fed by the reader ----------------------------------------------------------------
+
+    def apply(self, key: bytes | None, value: bytes | None, headers: Mapping[str, bytes]) -> None:
+        """One interrupts topic record."""
+        try:
+            agent, thread, interrupt = records.split_key(key or b"")
+            opened = None if value is None else records.Opened.from_json(value)
+        except ValueError as exc:
+            self.unreadable += 1
+            log.warning("unreadable interrupts topic record skipped", extra={"error": str(exc)})
+            return
+        if opened is not None:
+            item = Item(opened, value or b"")
+            if self.index.put(item) and self._listeners:
+                self._tell({"op": "open", "item": item.to_json(self.now_ms())})
+            return
+        found = self.index.remove(key_of(agent, thread, interrupt))
+        status = headers.get(records.HEADER_CLOSED, b"").decode("ascii", "replace")
+        closed_at = _int(headers.get(records.HEADER_CLOSED_AT))
+        opened_at = _int(headers.get(records.HEADER_OPENED_AT))
+        if closed_at is not None:
+            latency = None if opened_at is None else max(0.0, (closed_at - opened_at) / 1000)
+            self.index.closed(Closure(agent, status, closed_at, latency))
+        if found is not None and self._listeners:
+            self._tell(
+                {
+                    "op": "close",
+                    "key": found.key,
+                    "agent": agent,
+                    "thread": thread,
+                    "interrupt": interrupt,
+                    "status": status if status in records.CLOSE_STATUSES else "resolved",
+                }
+            )
+
+    def warning(self, agent: str | None, code: str | None, at_ms: int) -> None:
+        """A warning's code, or a rejection's reason, about `agent`; only those the
+        summary counts are kept."""
+        if agent is not None and code in COUNTED_WARNINGS:
+            self.index.warned(at_ms, agent, code)
+
+    # --- the InboxSource ------------------------------------------------------------------
+
+    def interrupts(self, query: Mapping[str, list[str]]) -> dict[str, Any]:
+        """The GET /interrupts answer; for a parameter it cannot read, an error answer
+        (`error`: "bad_query", `detail` naming the parameter, no items: the API's 400)."""
+        now = self.now_ms()
+        try:
+            parsed = queries.parse(query)
+        except queries.QueryError as exc:
+            return {
+                "error": "bad_query",
+                "detail": str(exc),
+                "items": [],
+                "next": None,
+                "total": 0,
+                "asOfMs": now,
+                "lagSeconds": self.lag_seconds,
+            }
+        page = self.index.query(parsed, now)
+        return {
+            "items": [item.to_json(now) for item in page.items],
+            "next": None if page.next is None else page.next.encode(),
+            "total": page.total,
+            "asOfMs": now,
+            "lagSeconds": self.lag_seconds,
+        }
+
+    def thread(self, agent: str, thread: str) -> dict[str, Any] | None:
+        """The GET /threads/{agent}/{thread} answer: the view holds a thread's open
+        interrupts only, so `runs` lists the runs that raised them and `verdicts` is
+        empty; None when it holds none of the thread's."""
+        items = self.index.thread(agent, thread)
+        if not items:
+            return None
+        now = self.now_ms()
+        shown = [item.to_json(now) for item in items]
+        runs: dict[str, dict[str, Any]] = {}
+        for item in shown:
+            if item["run"] is not None and item["run"] not in runs:
+                runs[item["run"]] = {
+                    "run": item["run"],
+                    "status": "interrupted",
+                    "closedAtMs": item["openedAtMs"],
+                }
+        return {
+            "agent": agent,
+            "thread": thread,
+            "runs": list(runs.values()),
+            "open": shown,
+            "verdicts": [],
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The GET /interrupts/summary answer."""
+        now = self.now_ms()
+        index = self.index
+        latencies: dict[str, list[float]] = {}
+        for close in index.closes(now):
+            if close.status in ANSWERED and close.latency_s is not None:
+                latencies.setdefault(close.agent, []).append(close.latency_s)
+        warned: dict[str, dict[str, int]] = {}
+        for _, agent, code in index.warnings(now):
+            counts = warned.setdefault(agent, {})
+            counts[code] = counts.get(code, 0) + 1
+        agents = sorted(set(index.agents()) | set(latencies) | set(warned))
+        return {
+            "agents": [
+                {
+                    "agent": agent,
+                    "open": index.open_of(agent),
+                    "byReason": index.reasons_of(agent),
+                    "latency": {
+                        "p50Seconds": percentile(latencies.get(agent, []), 0.50),
+                        "p95Seconds": percentile(latencies.get(agent, []), 0.95),
+                    },
+                    **{
+                        name: warned.get(agent, {}).get(code, 0)
+                        for code, name in COUNTED_WARNINGS.items()
+                    },
+                }
+                for agent in agents
+            ],
+            "lagSeconds": self.lag_seconds,
+            "asOfMs": now,
+        }
+
+    async def changes(self) -> AsyncIterator[dict[str, Any]]:
+        """What opens and closes from now on; ends when the view stops (or this listener
+        fell MAX_PENDING_CHANGES behind)."""
+        if self._stopped:
+            return
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(MAX_PENDING_CHANGES)
+        self._listeners.add(queue)
+        try:
+            while (change := await queue.get()) is not _END:
+                assert change is not None
+                yield change
+        finally:
+            self._listeners.discard(queue)
+
+    def stop(self) -> None:
+        """End every listener's changes."""
+        self._stopped = True
+        for queue in list(self._listeners):
+            self._end(queue)
+
+    def _tell(self, change: dict[str, Any]) -> None:
+        for queue in list(self._listeners):
+            if queue.qsize() >= MAX_PENDING_CHANGES - 1:
+                self._end(queue)  # too far behind: its stream ends
+                continue
+            queue.put_nowait(change)
+
+    def _end(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+        self._listeners.discard(queue)
+        while queue.full():
+            queue.get_nowait()
+        queue.put_nowait(_END)
+
+
+def _int(raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+__all__ = ["InboxView", "iso"]
