@@ -68,6 +68,8 @@ class Names:
             "changelog_topic": f"{self.outputs}.{{agent}}.gateway-changelog",
             "rejections_topic": f"{self.outputs}.rejections",
             "warnings_topic": f"{self.outputs}.warnings",
+            "audit_topic": f"{self.outputs}.audit",
+            "interrupts_topic": f"{self.outputs}.interrupts",
             "log_level": "INFO",
             **SETTING_OVERRIDES,
             **overrides,

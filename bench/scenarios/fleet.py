@@ -122,6 +122,8 @@ class Fleet:
             "changelog_topic": f"{ns}.{{agent}}.gateway-changelog",
             "rejections_topic": f"{ns}.rejections",
             "warnings_topic": f"{ns}.warnings",
+            "audit_topic": f"{ns}.audit",
+            "interrupts_topic": f"{ns}.interrupts",
             "log_level": "INFO",
         }
         if self.group_partitions:
