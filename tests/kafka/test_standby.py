@@ -2,7 +2,7 @@
 
 A restore that starts from a standby's replica reads only the changelog past it, and
 ends with the very store, active runs and open interrupts a restore from the
-beginning builds: through tombstones, an aborted transaction and records written
+beginning builds, so a pair holding either decides the same requests alike: through tombstones, an aborted transaction and records written
 after the replica stopped. The standbys' reader keeps a replica up to date, says how
 far behind it is, and hands it over (once) when its pair becomes this instance's.
 """
@@ -22,6 +22,7 @@ from gateway.kafka.assign.replica import Replica, Restored
 from gateway.kafka.assign.restore import Restorer
 from gateway.kafka.assign.standby import StandbyReport, Standbys
 from gateway.settings import Settings
+from tests.kafka.test_pair import Feed, make_pair
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +68,33 @@ class _aborting:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.producer.abort_transaction()
+
+
+def verdicts(restored: Restored) -> list[tuple[str, bytes | None, bytes | None]]:
+    """What a pair holding this state decides for one resume on every thread (answering
+    interrupt i0): its records out, in order."""
+    pair, _ = make_pair()
+    pair.load_store(restored.store, restored.active, restored.open_interrupts)
+    feed = Feed()
+    requests = [
+        feed.rec(
+            "requests",
+            {
+                "threadId": t,
+                "runId": f"n-{t}",
+                "messages": [],
+                "resume": [{"interruptId": "i0", "status": "resolved"}],
+            },
+            10 + n,
+            key=t,
+            headers=[("agui-correlation-id", f"c-{t}".encode())],
+        )
+        for n, t in enumerate("abcdefg")
+    ]
+    pair.take("requests", requests, 0.0)
+    pair.set_fence(0)
+    pair.process(0, 0.0, 0)
+    return [(r.topic, r.key, r.value) for r in pair.round.out]
 
 
 def contents(restored: Restored) -> tuple[dict[str, ThreadState | None], set[str], int]:
@@ -145,6 +173,13 @@ async def test_a_restore_from_a_replica_builds_what_a_restore_from_the_beginning
     tail = await restorer.restore(tp.topic, 0, head=head)
     read_tail = restorer.last_records[tp]
     assert contents(tail) == contents(whole)
+    decided = verdicts(whole)
+    assert verdicts(tail) == decided  # the same verdicts for the same requests
+    forwarded = sorted(k for topic, k, _ in decided if topic == "agui.bot.run-requests")
+    # b answered; a, c (deleted) and g (never seen) unknown: forwarded, with a warning
+    assert forwarded == [b"a", b"b", b"c", b"g"], decided
+    rejected = sorted(k for topic, k, _ in decided if topic == "agui.rejections")
+    assert rejected == [b"d", b"e", b"f"], decided  # runs active (d, f), e's i1 and i2 open
     assert sorted(whole.store.ids()) == ["b", "d", "e", "f"]
     assert whole.active == {"d", "f"} and whole.open_interrupts == 1 + 3
     assert read_whole == 10 and read_tail == 5  # only what the replica had not read
