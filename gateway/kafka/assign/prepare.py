@@ -216,7 +216,7 @@ class Preparer:
             pair.load_store(restored.store, restored.active, restored.open_interrupts)
             self._loaded.add(slot)
             self.metrics.state_restore_seconds.observe(time.monotonic() - started)
-            read = self.restorer.last_records.get(changelog_tp, 0)
+            read = self.restorer.last_records.pop(changelog_tp, 0)
             self.metrics.state_restore_records.labels(
                 "standby" if head is not None else "beginning"
             ).inc(read)

@@ -51,8 +51,8 @@ class Restorer:
         self.consumer = consumer
         self._sizes: Batched[TopicPartition, int] = Batched(self._committed_sizes)
         self._known: dict[TopicPartition, int] = {}  # sizes looked up ahead, used once
-        # records read by each partition's last restore (one entry per changelog
-        # partition restored here: bounded by the pairs this instance may hold)
+        # records read by each partition's last restore, until taken (the preparer
+        # pops its pair's): at most one entry per changelog partition
         self.last_records: dict[TopicPartition, int] = {}
 
     async def look_ahead(self, tps: list[TopicPartition]) -> None:
