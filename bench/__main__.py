@@ -9,6 +9,10 @@
 `loop` (issue 25): the whole loop, edge -> gateway -> bridge -> an agent stub,
 as a person's approving resume feels it.
 
+`instances` (issue 27): three gateway processes on one group at a steady load,
+one killed with kill -9, then a rolling restart; the waits, balance and the
+standby memory. Run only when named (`--only instances`).
+
 Without --bootstrap it starts (or reuses) the local broker with
 deploy/kafka.sh, which honours KAFKA_PORT; a broker it had to start is
 stopped again at the end unless --keep-broker. Every topic and group it
@@ -53,7 +57,10 @@ SCENARIOS = (
     "fleet",
     "loop",
     "inbox",
+    "instances",
 )
+# run when asked for by name: `instances` restarts three gateway processes (a minute at tiny)
+DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s != "instances")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 FLEET_BROKER_HEAP = "-Xms512m -Xmx2g"  # KAFKA_HEAP_OPTS for a broker started for a large fleet
 
@@ -65,8 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="use this broker; start none")
     p.add_argument(
         "--only",
-        default=",".join(SCENARIOS),
-        help=f"comma-separated scenarios (default: all of {','.join(SCENARIOS)})",
+        default=",".join(DEFAULT_SCENARIOS),
+        help=f"comma-separated scenarios of {','.join(SCENARIOS)} (default: all but "
+        f"{','.join(s for s in SCENARIOS if s not in DEFAULT_SCENARIOS)})",
     )
     p.add_argument("--repeat", type=int, help="measurements per figure (default: per size)")
     p.add_argument(

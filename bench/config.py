@@ -54,6 +54,13 @@ class Size:
     # the inbox's view (issue 28): open interrupts held, and API requests measured
     inbox_interrupts: int = 100_000
     inbox_queries: int = 2_000
+    # several instances as one (issue 27): three gateway processes on one agent's pairs
+    instances_partitions: int = 6
+    instances_rate: float = 20  # requests/s offered throughout
+    instances_threads: int = 400  # a thread is used again once its request was decided
+    instances_warmup_seconds: float = 4
+    instances_settle_seconds: float = 3  # after the takeover, the restart, the rolling restart
+    instances_session_timeout_ms: int = 6000  # the broker's group.min.session.timeout.ms
 
 
 SMALL = Size(
@@ -143,6 +150,11 @@ SIZES = {
         fleet_load_seconds=10,
         fleet_add_seconds=8,
         fleet_ready_timeout=120,
+        instances_partitions=12,
+        instances_rate=200,
+        instances_threads=5000,
+        instances_warmup_seconds=15,
+        instances_settle_seconds=10,
         fleet_discovery_ms=None,
         loop_conversations=808,
         loop_concurrency=8,

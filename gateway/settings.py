@@ -325,6 +325,14 @@ class Settings(BaseSettings):
     over and over, deciding almost nothing (nothing twice: their transactions are fenced
     by the group's generation); the gateway logs an error naming instance_name when it
     is rebalanced 5 times within 30 s as a static member."""
+    standby_replicas: int = Field(default=1, ge=0, le=8)
+    """Warm standbys of each pair (with partition_assignor=pairs): instances other than
+    its owner that keep a replica of its state by reading its changelog, so that the
+    instance taking it over after a death restores only the changelog's tail. At most
+    one fewer than the instances in the group (the default 1: one standby when two or
+    more instances run, none alone); 0: none. The group leader's setting places them.
+    Each costs its instance about the memory of the pair's own store and the reading
+    of its changelog."""
     discovery_interval_ms: int = Field(
         default=5000, ge=100
     )  # how often new agents' topics are seen

@@ -37,9 +37,10 @@ from aiokafka.structs import ConsumerRecord
 
 from gateway.kafka.assign.assignment import Assignment
 from gateway.kafka.assign.fences import Fences
-from gateway.kafka.assign.pairassign import pair_assignor
+from gateway.kafka.assign.pairassign import Unit, pair_assignor
 from gateway.kafka.assign.prepare import Preparer
 from gateway.kafka.assign.restore import Restorer
+from gateway.kafka.assign.standby import Standbys
 from gateway.kafka.assign.status import Status
 from gateway.kafka.exactly_once.checkpoint import Checkpoint
 from gateway.kafka.exactly_once.instancecheckpoint import InstanceCheckpoint
@@ -82,10 +83,19 @@ FLAPPING_WINDOW_S = 30.0
 
 
 class _Listener(ConsumerRebalanceListener):
-    def __init__(self, assignment: Assignment, status: Status, static_name: str | None) -> None:
+    def __init__(
+        self,
+        assignment: Assignment,
+        status: Status,
+        static_name: str | None,
+        standbys: Standbys | None = None,
+        standby_units: Callable[[], list[Unit]] = list,
+    ) -> None:
         self.assignment = assignment
         self.status = status
         self.static_name = static_name
+        self.standbys = standbys
+        self.standby_units = standby_units  # this instance's, as its latest assignment says
         self.recent: deque[float] = deque(maxlen=FLAPPING_ASSIGNMENTS)
         self.warned_at = -FLAPPING_WINDOW_S
 
@@ -95,6 +105,16 @@ class _Listener(ConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self.status.assigned(time.time())
         self._flapping(time.monotonic())
+        if self.standbys is not None:
+            # before the pairs are prepared: a replica of a pair now this instance's own
+            # is handed over to its restore
+            names = self.assignment.names
+            own = [
+                (found[0], tp.partition)
+                for tp in assigned
+                if (found := names.classify(tp.topic)) is not None
+            ]
+            await self.standbys.place(self.standby_units(), own)
         await self.assignment.assign(set(assigned))
 
     def _flapping(self, now: float) -> None:
@@ -186,6 +206,7 @@ class Gateway:
             lambda: clients.probe(self.admin), settings.broker_timeout_s, back=self._broker_back
         )
         self.assignment: Assignment | None = None
+        self.standbys: Standbys | None = None
         self.busy: dict[PairKey, PairSlot] = {}  # pairs with records, pending work or a sweep
         self.fences: Fences | None = None
         self._running = False
@@ -304,6 +325,11 @@ class Gateway:
         s = self.settings
         self.admin = clients.admin(s, client_id=f"{s.client_id}-admin")
         await self.admin.start()
+        assignor = (
+            pair_assignor(self.names.owner_of_topic, s.standby_replicas)
+            if s.partition_assignor == "pairs"
+            else RangePartitionAssignor
+        )
         self.consumer = clients.consumer(
             s,
             client_id=s.client_id,
@@ -313,11 +339,7 @@ class Gateway:
             isolation_level="read_committed",
             # one protocol only: aiokafka members offering two (pairs and range) were seen
             # to rebalance over and over, one member never getting its assignment
-            partition_assignment_strategy=(
-                (pair_assignor(self.names.owner_of_topic),)
-                if s.partition_assignor == "pairs"
-                else (RangePartitionAssignor,)
-            ),
+            partition_assignment_strategy=(assignor,),
             group_instance_id=s.instance_name if s.static_membership else None,
             metadata_max_age_ms=s.discovery_interval_ms,
             max_poll_records=s.max_poll_records,
@@ -350,7 +372,12 @@ class Gateway:
         self.consumer.subscribe(
             pattern=s.subscription_pattern(),
             listener=_Listener(
-                self.assignment, self.status, s.instance_name if s.static_membership else None
+                self.assignment,
+                self.status,
+                s.instance_name if s.static_membership else None,
+                # warm standbys need the pair assignor, which places them
+                self.standbys if s.partition_assignor == "pairs" else None,
+                lambda: list(getattr(assignor, "standby", ())),
             ),
         )
         self._running = True
@@ -362,6 +389,7 @@ class Gateway:
         self.consumer, self.admin, self.offsets = consumer, admin, offsets
         self.reply_topics.consumer = consumer
         self.fences = Fences(consumer, offsets)
+        self.standbys = Standbys(self.settings, self._changelog_of, self.status.standby)
         preparer = Preparer(
             self.names,
             self.metrics,
@@ -369,6 +397,7 @@ class Gateway:
             admin,
             self._checkpoint(consumer),
             Restorer(self.settings, consumer=offsets),
+            self.standbys,
         )
         self.assignment = Assignment(
             preparer,
@@ -382,6 +411,10 @@ class Gateway:
         )
         self._running = True
         return self.assignment
+
+    def _changelog_of(self, owner: str) -> tuple[str, Callable[[str], str | None]]:
+        """An owner's changelog topic and how its keys map to threadIds (for standbys)."""
+        return self.names.for_agent(owner).changelog, layout_for(owner, self.settings).thread_of
 
     def _checkpoint(self, consumer: AIOKafkaConsumer) -> Checkpoint | InstanceCheckpoint:
         """One transactional producer per pair (fenced by transactional id), or one per
@@ -406,6 +439,8 @@ class Gateway:
             self._lag_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._lag_task
+        if self.standbys is not None:
+            await self.standbys.close()
         if self.assignment is not None:
             await self.assignment.close(commit)
             self.busy.clear()

@@ -58,6 +58,10 @@ class GaugeSnapshot:
     lag_max: Mapping[tuple[str, str], int] = field(
         default_factory=lambda: _EMPTY
     )  # (agent, role) -> the worst of those partitions' lag
+    standby_held: int = 0  # standby replicas (changelog partitions) kept warm here
+    standby_lag: int = 0  # their records behind the changelogs' ends, summed
+    standby_lag_max: int = 0  # the worst replica's
+    standby_threads: int = 0  # threads held in them
 
 
 # name -> help, labels: what the collector describes (also with no sample yet), under `full`
@@ -71,6 +75,21 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "it is the time since. No sample before the first.",
         (),
     ),
+    "standby_pairs_held": (
+        "Warm standby replicas kept here: other instances' pairs whose changelog this "
+        "instance reads, to take them over with only the changelog's tail to restore.",
+        (),
+    ),
+    "standby_lag_records": (
+        "Records the standby replicas are behind their changelogs' stable ends, summed "
+        "(a transaction's commit marker counts until read).",
+        (),
+    ),
+    "standby_lag_partition_max": (
+        "Records behind its changelog's stable end of the worst standby replica.",
+        (),
+    ),
+    "standby_threads": ("Threads held in standby replicas.", ()),
     "agent_refused": (
         "1 for an agent refused (mismatched partitions, changelog, missing audit topic).",
         ("agent",),
@@ -157,6 +176,10 @@ class GaugeCollector(Collector):
             "pairs_restoring": [((), s.restoring)],
             "pairs_held": [((), s.held)],
             "last_assignment_timestamp_seconds": [((), s.assigned_at)] if s.assigned_at else [],
+            "standby_pairs_held": [((), s.standby_held)],
+            "standby_lag_records": [((), s.standby_lag)],
+            "standby_lag_partition_max": [((), s.standby_lag_max)],
+            "standby_threads": [((), s.standby_threads)],
             "agent_refused": [((a,), 1) for a in s.refused],
             "permission_denied": [(labels, 1) for labels in s.denied],
             "consumer_lag": lag,

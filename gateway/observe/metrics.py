@@ -263,6 +263,14 @@ class Metrics:
             buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
             registry=registry,
         )
+        self.state_restore_records = counter(
+            "state_restore_records",
+            "Changelog records read by restores, by where each restore started: beginning "
+            "(the whole changelog) or standby (a warm standby's replica, only its tail).",
+            ("start",),
+        )
+        for start in ("beginning", "standby"):
+            self.state_restore_records.labels(start)
         self.transactions = counter("transactions", "Transactions, by result.", ("result",))
         self.merge_wait_expired = agent_counter(
             "merge_wait_expired",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
@@ -10,7 +11,16 @@ from aiokafka.coordinator.protocol import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.kafka.assign.pairassign import balance, decode_claims, encode_claims, pair_assignor
+from gateway.kafka.assign.pairassign import (
+    balance,
+    decode_claims,
+    decode_standbys,
+    decode_warm,
+    encode_claims,
+    encode_standbys,
+    pair_assignor,
+    standbys,
+)
 from gateway.kafka.wire.topics import TopicNames
 from gateway.settings import Settings
 
@@ -137,3 +147,96 @@ def test_a_static_member_rebalanced_over_and_over_says_its_name_may_be_shared(ca
         for n in range(3 * FLAPPING_ASSIGNMENTS):
             slow._flapping(n * 10.0)  # one a 10 s: an ordinary fleet's rebalances
     assert not caplog.records
+
+
+# --- warm standbys ---------------------------------------------------------------------------
+
+
+def test_standbys_never_on_the_owner_and_a_members_units_spread_over_the_others():
+    chosen = balance(units(30), ["a", "b", "c", "d"], {})
+    warm = standbys(chosen, 1)
+    for member, held in warm.items():
+        assert not set(held) & set(chosen[member])  # never a standby of its own pair
+    assert sorted(u for v in warm.values() for u in v) == sorted(units(30))  # one each
+    for owner, owned in chosen.items():
+        # the owner's units are kept warm by each of the others, evenly
+        per = [len(set(owned) & set(warm[m])) for m in warm if m != owner]
+        assert max(per) - min(per) <= 1, (owner, per)
+
+
+def test_standbys_are_at_most_one_fewer_than_the_members():
+    chosen = balance(units(6), ["a", "b"], {})
+    assert sum(len(v) for v in standbys(chosen, 3).values()) == 6  # one each: b for a's
+    alone = balance(units(6), ["a"], {})
+    assert standbys(alone, 1) == {"a": []}
+    three = balance(units(6), ["a", "b", "c"], {})
+    warm = standbys(three, 2)
+    for unit in units(6):
+        holders = [m for m, v in warm.items() if unit in v]
+        assert len(holders) == 2 and not [m for m in holders if unit in three[m]]
+    assert standbys(three, 0) == {"a": [], "b": [], "c": []}
+
+
+def test_a_dead_members_units_go_first_to_those_that_keep_them_warm():
+    members = ["a", "b", "c"]
+    first = balance(units(12), members, {})
+    warm = standbys(first, 1)
+    survivors = ["a", "c"]
+    second = balance(units(12), survivors, first, warm=warm)
+    assert spread(second) <= 1
+    for member in survivors:
+        assert set(first[member]) <= set(second[member])  # sticky
+    # every unit of b's went to the survivor that kept it warm
+    for unit in first["b"]:
+        assert [m for m in survivors if unit in second[m]] == [
+            m for m in survivors if unit in warm[m]
+        ]
+
+
+@given(
+    st.integers(0, 40),
+    st.integers(1, 6),
+    st.integers(1, 3),
+    st.randoms(use_true_random=False),
+)
+@settings(max_examples=200, deadline=None)
+def test_warm_claims_keep_the_balance(owners, before, replicas, rnd):
+    pool = units(owners, 2)
+    old_members = [f"m{i}" for i in range(before)]
+    first = balance(pool, old_members, {})
+    warm = standbys(first, replicas)
+    survivors = [m for m in old_members if rnd.random() < 0.6]
+    members = survivors + ["new"]
+    second = balance(pool, members, {m: first[m] for m in survivors}, warm=warm)
+    assert sorted(u for v in second.values() for u in v) == sorted(pool)
+    assert spread(second) <= 1
+
+
+def test_claims_carry_warm_units_and_a_member_before_standbys_is_still_read():
+    data = encode_claims([("a", 0)], [("b", 1)])
+    assert decode_claims(data) == [("a", 0)] and decode_warm(data) == [("b", 1)]
+    old = orjson.dumps([["a", 0]])  # a member before standbys: only what it holds
+    assert decode_claims(old) == [("a", 0)] and decode_warm(old) == []
+    assert decode_standbys(encode_standbys([("c", 2)])) == [("c", 2)]
+    for junk in (b"", b"{", b"[1]", b'{"standby": 3}', b'{"standby": [["x", "1"]]}'):
+        assert decode_standbys(junk) == [] and decode_warm(junk) == []
+
+
+def test_the_leader_sends_each_member_its_standbys_in_the_assignment():
+    names = TopicNames(Settings())
+    assignor = pair_assignor(names.owner_of_topic, standby_replicas=1)
+    topics = [t for a in ("x", "y") for t in (f"agui.{a}.events", f"agui.{a}.requests")]
+    cluster = _Cluster(dict.fromkeys(topics, 2))
+    members = {
+        m: ConsumerProtocolMemberMetadata(0, topics, encode_claims([])) for m in ("m1", "m2")
+    }
+    out = assignor.assign(cluster, members)  # type: ignore[arg-type]
+    held = {
+        m: {(names.owner_of_topic(t), p) for t, ps in a.assignment for p in ps}
+        for m, a in out.items()
+    }
+    warm = {m: set(decode_standbys(a.user_data)) for m, a in out.items()}
+    assert warm["m1"] == held["m2"] and warm["m2"] == held["m1"] and len(held["m1"]) == 2
+    assignor.on_assignment(out["m1"])
+    assert set(assignor.standby) == held["m2"]
+    assert decode_warm(assignor.metadata(topics).user_data) == sorted(held["m2"])

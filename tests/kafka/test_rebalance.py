@@ -223,7 +223,7 @@ async def test_restores_asked_together_read_only_the_changelogs_with_records(mon
     restorer = Restorer(Settings(), consumer=bounds)  # type: ignore[arg-type]
     read: list[TopicPartition] = []
 
-    async def reader(tp, thread_of=None):
+    async def reader(tp, thread_of=None, head=None):
         read.append(tp)
         return Restored(ThreadStore(), {"t1"}, 1)
 

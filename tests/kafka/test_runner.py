@@ -334,8 +334,9 @@ class FakeRestorer:
 
     def __init__(self) -> None:
         self.restored: list[tuple[str, int]] = []
+        self.last_records: dict[TopicPartition, int] = {}
 
-    async def restore(self, topic: str, partition: int, thread_of=None) -> Restored:
+    async def restore(self, topic: str, partition: int, thread_of=None, head=None) -> Restored:
         self.restored.append((topic.split(".")[1], partition))
         return Restored(ThreadStore(thread_of), set(), 0)
 

@@ -11,6 +11,14 @@ them; only what it must moves when an instance joins or leaves, and a pair that
 stays needs no restore (`Assignment.revoke` keeps its state until the next
 assignment).
 
+Warm standbys: the leader also places `standby_replicas` standbys of each unit
+(`standbys`: on the other members, never the unit's own, each member's units
+spread in turn over the members after it in sorted order, so that a member's death
+leaves its units' replicas spread over the survivors) and sends each member its
+standby units in the assignment's user data. A member reads their changelogs
+(standby.py) and says in its join which units it keeps warm; a unit whose owner
+left goes first to a member that keeps it warm, within the same balance.
+
 `balance` is the decision, pure; `pair_assignor` is aiokafka's adapter (one class
 per consumer: aiokafka calls an assignor's class methods, so the units an instance
 holds live on its own class).
@@ -41,10 +49,12 @@ def balance(
     members: Iterable[str],
     claimed: Mapping[str, Iterable[Unit]],
     eligible: Callable[[str, Unit], bool] = lambda member, unit: True,
+    warm: Mapping[str, Iterable[Unit]] | None = None,
 ) -> dict[str, list[Unit]]:
     """Every unit to one eligible member: counts within one of each other (when every
     member is eligible for every unit), each member keeping what it claims up to its
-    share, the rest to whoever holds fewest (ties: member order)."""
+    share, then a unit no one kept to a member that keeps it `warm` (a standby) while
+    its share allows, the rest to whoever holds fewest (ties: member order)."""
     order = sorted(members)
     pool = sorted(set(units))
     out: dict[str, list[Unit]] = {member: [] for member in order}
@@ -70,6 +80,22 @@ def balance(
             out[member].append(spare[0])
             taken.add(spare[0])
             extra -= 1
+    # a unit left without its owner: to a member keeping it warm, within its share
+    warm_of: dict[Unit, list[str]] = {}
+    for member in order:
+        for unit in dict.fromkeys((warm or {}).get(member, ())):
+            if unit in exists and unit not in taken and eligible(member, unit):
+                warm_of.setdefault(unit, []).append(member)
+    for unit in pool:
+        for member in warm_of.get(unit, ()):
+            if unit in taken:
+                break
+            held = len(out[member])
+            if held < base or (held == base and extra > 0):
+                if held == base:
+                    extra -= 1
+                out[member].append(unit)
+                taken.add(unit)
     for unit in pool:
         if unit in taken:
             continue
@@ -83,18 +109,82 @@ def balance(
     return out
 
 
-def encode_claims(units: Iterable[Unit]) -> bytes:
-    return orjson.dumps(sorted({(owner, partition) for owner, partition in units}))
+def standbys(
+    chosen: Mapping[str, Iterable[Unit]],
+    replicas: int,
+    eligible: Callable[[str, Unit], bool] = lambda member, unit: True,
+) -> dict[str, list[Unit]]:
+    """Each unit's standbys: up to `replicas` other members (never its owner, at most
+    one fewer than the members). The r-th unit of the member at index i in sorted
+    order goes to the members after i, starting r places on (wrapping): a member's
+    units are spread evenly over the others, so that each survivor of its death keeps
+    a share of them warm."""
+    order = sorted(chosen)
+    out: dict[str, list[Unit]] = {member: [] for member in order}
+    count = min(replicas, len(order) - 1)
+    if count <= 0:
+        return out
+    for i, member in enumerate(order):
+        others = order[i + 1 :] + order[:i]
+        for rank, unit in enumerate(sorted(chosen[member])):
+            picked = 0
+            for step in range(len(others)):
+                candidate = others[(rank + step) % len(others)]
+                if eligible(candidate, unit):
+                    out[candidate].append(unit)
+                    picked += 1
+                    if picked == count:
+                        break
+    return out
+
+
+def encode_claims(units: Iterable[Unit], warm: Iterable[Unit] = ()) -> bytes:
+    """A member's join: the units it holds, and those it keeps warm."""
+    return orjson.dumps(
+        {
+            "held": sorted({(owner, partition) for owner, partition in units}),
+            "warm": sorted({(owner, partition) for owner, partition in warm}),
+        }
+    )
 
 
 def decode_claims(data: bytes | None) -> list[Unit]:
     """The units a member says it holds; anything unreadable claims nothing."""
+    return _units(_read(data), "held")
+
+
+def decode_warm(data: bytes | None) -> list[Unit]:
+    """The units a member says it keeps warm (none from a member before standbys)."""
+    return _units(_read(data), "warm")
+
+
+def encode_standbys(units: Iterable[Unit]) -> bytes:
+    """An assignment's user data: the member's standby units."""
+    return orjson.dumps({"standby": sorted({(owner, partition) for owner, partition in units})})
+
+
+def decode_standbys(data: bytes | None) -> list[Unit]:
+    """The standby units an assignment names (none from a leader before standbys)."""
+    return _units(_read(data), "standby")
+
+
+def _read(data: bytes | None) -> object:
     if not data or len(data) > MAX_USER_DATA:
-        return []
+        return None
     try:
-        value = orjson.loads(data)
+        return orjson.loads(data)
     except orjson.JSONDecodeError:
+        return None
+
+
+def _units(value: object, field: str) -> list[Unit]:
+    """A list of units under `field` of a JSON object (a bare list: a member before
+    standbys, which sent only what it holds)."""
+    if isinstance(value, list):
+        value = {"held": value}
+    if not isinstance(value, dict):
         return []
+    value = value.get(field)
     if not isinstance(value, list):
         return []
     return [
@@ -108,10 +198,11 @@ def decode_claims(data: bytes | None) -> list[Unit]:
 
 
 def pair_assignor(
-    owner_of: Callable[[str], str | None],
+    owner_of: Callable[[str], str | None], standby_replicas: int = 0
 ) -> type[AbstractPartitionAssignor]:
     """An assignor class for one consumer; `owner_of(topic)` names the topic's owner
-    (agent or group), None for a topic of no owner."""
+    (agent or group), None for a topic of no owner. As the group's leader it places
+    `standby_replicas` standbys of each unit (its own setting counts)."""
 
     def unit_of(topic: str, partition: int) -> Unit:
         owner = owner_of(topic)
@@ -121,6 +212,7 @@ def pair_assignor(
         name = NAME
         version = 0
         held: list[Unit] = []  # this instance's units as of its latest assignment
+        standby: list[Unit] = []  # the units it keeps warm, as of its latest assignment
 
         @classmethod
         def assign(
@@ -137,12 +229,18 @@ def pair_assignor(
                 for partition in partitions:
                     topics_of.setdefault(unit_of(topic, partition), set()).add(topic)
             subscribed = {member: set(m.subscription) for member, m in members.items()}
+
+            def eligible(member: str, unit: Unit) -> bool:
+                return topics_of[unit] <= subscribed[member]
+
             chosen = balance(
                 topics_of,
                 members,
                 {member: decode_claims(m.user_data) for member, m in members.items()},
-                lambda member, unit: topics_of[unit] <= subscribed[member],
+                eligible,
+                {member: decode_warm(m.user_data) for member, m in members.items()},
             )
+            warm = standbys(chosen, standby_replicas, eligible)
             result = {}
             for member, units in chosen.items():
                 by_topic: dict[str, list[int]] = {}
@@ -150,14 +248,16 @@ def pair_assignor(
                     for topic in topics_of[unit]:
                         by_topic.setdefault(topic, []).append(unit[1])
                 result[member] = ConsumerProtocolMemberAssignment(
-                    cls.version, sorted((t, sorted(p)) for t, p in by_topic.items()), b""
+                    cls.version,
+                    sorted((t, sorted(p)) for t, p in by_topic.items()),
+                    encode_standbys(warm[member]),
                 )
             return result
 
         @classmethod
         def metadata(cls, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
             return ConsumerProtocolMemberMetadata(
-                cls.version, list(topics), encode_claims(cls.held)
+                cls.version, list(topics), encode_claims(cls.held, cls.standby)
             )
 
         @classmethod
@@ -165,5 +265,6 @@ def pair_assignor(
             cls.held = sorted(
                 {unit_of(topic, p) for topic, parts in assignment.assignment for p in parts}
             )
+            cls.standby = decode_standbys(assignment.user_data)
 
     return PairAssignor

@@ -24,6 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import TopicAuthorizationFailedError
 
 from gateway.kafka.assign.restore import Restorer
+from gateway.kafka.assign.standby import Standbys
 from gateway.kafka.exactly_once import groupoffsets, hanging
 from gateway.kafka.exactly_once.checkpoint import Strategy
 from gateway.kafka.exactly_once.groupoffsets import OffsetsUnstable
@@ -72,8 +73,10 @@ class Preparer:
         admin: AIOKafkaAdminClient,
         checkpoint: Strategy,
         restorer: Restorer,
+        standbys: Standbys | None = None,
     ) -> None:
         self.names = names
+        self.standbys = standbys  # replicas handed over to this instance's own pairs
         self.metrics = metrics
         self.consumer = consumer
         self.admin = admin
@@ -200,14 +203,23 @@ class Preparer:
         still_valid = slot in self._loaded and all(
             committed[tp] == slot.committed.get(tp) for tp in tps
         )
+        # a warm standby's replica, if this instance kept one: the restore's head start
+        changelog_tp = TopicPartition(pair.topics.changelog, pair.partition)
+        head = self.standbys.take(changelog_tp) if self.standbys is not None else None
+        read: int | None = None  # records the restore read, if it restored
+        ahead = head.records if head is not None else None  # records the replica had read
         if not still_valid:
             started = time.monotonic()
             restored = await self.restorer.restore(
-                pair.topics.changelog, pair.partition, pair.layout.thread_of
+                pair.topics.changelog, pair.partition, pair.layout.thread_of, head=head
             )
             pair.load_store(restored.store, restored.active, restored.open_interrupts)
             self._loaded.add(slot)
             self.metrics.state_restore_seconds.observe(time.monotonic() - started)
+            read = self.restorer.last_records.pop(changelog_tp, 0)
+            self.metrics.state_restore_records.labels(
+                "standby" if head is not None else "beginning"
+            ).inc(read)
         slot.committed = {tp: off for tp, off in committed.items() if off is not None}
         assignment = self.consumer.assignment()
         for tp in tps:
@@ -227,6 +239,8 @@ class Preparer:
                 "partition": pair.partition,
                 "threads": len(pair.store),
                 "restored": not still_valid,
+                "restored_records": read,
+                "standby_records": ahead if read is not None else None,
             },
         )
 

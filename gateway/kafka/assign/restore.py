@@ -7,6 +7,12 @@ A changelog partition with nothing committed in it needs no reader: given the
 gateway's end-offsets client, the restores asked for together first look up
 their partitions' first and last offsets in one request each, and an empty one
 gives an empty store at once (a fleet's first start restores nothing).
+
+A restore may start from a warm standby's replica (`head`, standby.py): it then
+reads only from the replica's position to the end it found, the same read under
+the same fence, so the store is the one a whole read would build. A replica that
+cannot be trusted (its position outside the partition's offsets) is not used.
+`last_records` says how many records the last restore of each partition read.
 """
 
 from __future__ import annotations
@@ -15,27 +21,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from gateway.codec import changelog
-from gateway.core import RunStatus
+from gateway.kafka.assign.replica import Replica, Restored
 from gateway.kafka.wire import clients
 from gateway.kafka.wire.batched import Batched
 from gateway.settings import Settings
 from gateway.state.store import ThreadStore
 
+__all__ = ["Restored", "Restorer"]
+
 log = logging.getLogger("gateway.runner")
 
 CONCURRENT_RESTORES = 4
-
-
-@dataclass
-class Restored:
-    store: ThreadStore
-    active: set[str]  # threads whose run is active
-    open_interrupts: int
 
 
 class Restorer:
@@ -52,6 +51,9 @@ class Restorer:
         self.consumer = consumer
         self._sizes: Batched[TopicPartition, int] = Batched(self._committed_sizes)
         self._known: dict[TopicPartition, int] = {}  # sizes looked up ahead, used once
+        # records read by each partition's last restore, until taken (the preparer
+        # pops its pair's): at most one entry per changelog partition
+        self.last_records: dict[TopicPartition, int] = {}
 
     async def look_ahead(self, tps: list[TopicPartition]) -> None:
         """Look up the bounds of partitions about to be restored, all in one request
@@ -67,12 +69,17 @@ class Restorer:
         self._known.clear()
 
     async def restore(
-        self, topic: str, partition: int, thread_of: Callable[[str], str | None] | None = None
+        self,
+        topic: str,
+        partition: int,
+        thread_of: Callable[[str], str | None] | None = None,
+        head: Replica | None = None,
     ) -> Restored:
         """A changelog partition's threads; `thread_of` maps its keys to threadIds (a
-        group's keys name an agent too: `changelog.group_key`)."""
+        group's keys name an agent too: `changelog.group_key`). With `head`, a standby's
+        replica of the partition, only what lies past its position is read."""
         tp = TopicPartition(topic, partition)
-        if self.consumer is not None:
+        if self.consumer is not None and head is None:
             try:
                 known = self._known.pop(tp, None)
                 empty = (known if known is not None else await self._sizes.get(tp)) <= 0
@@ -80,9 +87,10 @@ class Restorer:
                 log.info("changelog bounds not found", extra={"error": repr(exc)})
                 empty = False
             if empty:
+                self.last_records[tp] = 0
                 return Restored(ThreadStore(thread_of), set(), 0)
         async with self._slots:
-            return await self._read(tp, thread_of)
+            return await self._read(tp, thread_of, head)
 
     async def _committed_sizes(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """How many offsets lie between each partition's first one and its last stable one."""
@@ -93,7 +101,10 @@ class Restorer:
         return {tp: ends[tp] - starts[tp] for tp in tps}
 
     async def _read(
-        self, tp: TopicPartition, thread_of: Callable[[str], str | None] | None
+        self,
+        tp: TopicPartition,
+        thread_of: Callable[[str], str | None] | None,
+        head: Replica | None,
     ) -> Restored:
         reader = clients.consumer(
             self.settings,
@@ -108,30 +119,21 @@ class Restorer:
             reader.assign([tp])
             end = (await reader.end_offsets([tp]))[tp]
             start = (await reader.beginning_offsets([tp]))[tp]
-            reader.seek(tp, start)
-            store = ThreadStore(thread_of)  # the pair keeps its old store if this is cancelled
-            hinted: dict[str, tuple[str, int]] = {}
+            if head is not None and not (start <= (head.position or 0) <= end):
+                log.warning(
+                    "standby replica outside the changelog's offsets; restoring it whole",
+                    extra={"topic": tp.topic, "partition": tp.partition, "at": head.position},
+                )
+                head = None
+            # the pair keeps its old store if this is cancelled
+            replica = head if head is not None else Replica(thread_of)
+            before = replica.records
+            reader.seek(tp, replica.position if replica.position is not None else start)
             while await reader.position(tp) < end:
                 batch = await reader.getmany(tp, timeout_ms=1000)
-                for message in batch.get(tp, ()):
-                    if message.key is None:
-                        continue
-                    thread_id = message.key.decode("utf-8", "replace")
-                    if message.value is None:
-                        store.load(None, thread_id)
-                        hinted.pop(thread_id, None)
-                        continue
-                    hint = changelog.read_hints(message.headers)
-                    store.load(message.value, thread_id)  # with hints: decoded on first read
-                    if hint is None:  # no hints: decode now (None when unreadable)
-                        state = store.get(thread_id)
-                        if state is None:
-                            hinted.pop(thread_id, None)
-                            continue
-                        hint = (str(state.status), len(state.interrupts))
-                    hinted[thread_id] = hint
-            active = {t for t, (status, _) in hinted.items() if status == RunStatus.ACTIVE}
-            return Restored(store, active, sum(n for _, n in hinted.values()))
+                replica.apply(batch.get(tp, ()))
+            self.last_records[tp] = replica.records - before
+            return replica.restored()
         finally:
             with contextlib.suppress(Exception):  # a close failure costs no restored state
                 await reader.stop()

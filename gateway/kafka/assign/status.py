@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from gateway.kafka.assign.standby import StandbyReport
 from gateway.kafka.pairs.round import Round
 from gateway.kafka.pairs.slot import PairKey, PairSlot
 from gateway.observe.gauges import GaugeCollector, GaugeSnapshot, frozen
@@ -27,6 +28,7 @@ class Status:
         self._denied: tuple[tuple[str, str, str], ...] = ()
         self._lag: Mapping[tuple[str, str], int] = frozen({})
         self._lag_max: Mapping[tuple[str, str], int] = frozen({})
+        self._standby = StandbyReport(0, 0, 0, 0)
 
     def recount(
         self,
@@ -71,6 +73,12 @@ class Status:
         self._lag, self._lag_max = frozen(lag), frozen(worst)
         self.publish()
 
+    def standby(self, report: StandbyReport) -> None:
+        """The warm standbys' replicas, lag and threads."""
+        if report != self._standby:
+            self._standby = report
+            self.publish()
+
     def publish(self) -> None:
         self.collector.publish(
             GaugeSnapshot(
@@ -83,5 +91,9 @@ class Status:
                 denied=self._denied,
                 lag=self._lag,
                 lag_max=self._lag_max,
+                standby_held=self._standby.held,
+                standby_lag=self._standby.lag,
+                standby_lag_max=self._standby.lag_max,
+                standby_threads=self._standby.threads,
             )
         )

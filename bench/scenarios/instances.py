@@ -1,0 +1,376 @@
+"""Several instances as one (issue 27): three gateway processes on one group at a steady load.
+
+Three `agui-gateway run` processes (instance names gw-0..2, warm standbys on:
+`standby_replicas` 1) share one agent's pairs. A driver offers requests at a
+steady rate: each on an idle thread, its interrupting run's events first, then
+the resume answering it, the wait timed from the resume's send to its forward on
+run-requests (`read_committed`). A thread is used again only once its request
+was decided. Meanwhile:
+
+1. one instance is killed with SIGKILL. Its pairs wait for the session timeout,
+   then the survivors take them over from their standbys. Reported: the longest
+   wait of a request on its pairs sent between the kill and the takeover (the
+   time until they are decided again), and the longest wait on the other pairs
+   in that time. It is then started again.
+2. a rolling restart: each instance in turn gets SIGTERM, is started again, and
+   is waited for (ready) before the next. Reported: the longest wait of any
+   request sent meanwhile.
+3. at the end: the pairs per instance (balance) and the standby memory, that of
+   a replica of the whole changelog (read as a standby reads it, measured with
+   tracemalloc in this process) per thread it holds.
+
+Every request is checked to be forwarded exactly once: lost or duplicated ones
+are reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import signal
+import time
+import tracemalloc
+from collections import deque
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from bench.broker import Admin
+from bench.config import Context
+from bench.gatewayrun import GatewayProcess, Names, create_topics, make_settings
+from bench.report import Figure, figure
+from bench.workload import partition_for
+from gateway.kafka.assign.restore import Restorer
+
+INSTANCES = 3
+SETTLE_TIMEOUT_S = 120.0
+
+
+class Driver:
+    """Offers requests at a steady rate and times each to its forward."""
+
+    def __init__(self, ctx: Context, names: Names, threads: int, partitions: int) -> None:
+        self.ctx = ctx
+        self.names = names
+        self.partitions = partitions
+        self.free: deque[str] = deque(f"th-{i}" for i in range(threads))
+        self.turn: dict[str, int] = {}
+        self.sent: dict[str, tuple[float, int, str]] = {}  # corr -> (sent at, partition, thread)
+        self.forwarded: dict[str, list[float]] = {}
+        self.rejected: dict[str, float] = {}
+        self.skipped = 0  # ticks with no idle thread
+        self.origin = time.monotonic()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def now(self) -> float:
+        return time.monotonic() - self.origin
+
+    async def offer(self, rate: float, stop: asyncio.Event) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=self.ctx.bootstrap, linger_ms=0)
+        await producer.start()
+        try:
+            tick = 1.0 / rate
+            next_at = time.monotonic()
+            while not stop.is_set():
+                if self.free:
+                    task = asyncio.create_task(self._one(producer, self.free.popleft()))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                else:
+                    self.skipped += 1
+                next_at += tick
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+        finally:
+            await producer.stop()
+
+    async def _one(self, producer: AIOKafkaProducer, thread: str) -> None:
+        k = self.turn[thread] = self.turn.get(thread, 0) + 1
+        run, interrupt, corr = f"{thread}-r{k}", f"{thread}-i{k}", f"{thread}:{k}"
+        key = thread.encode()
+        events = [
+            {"type": "RUN_STARTED", "threadId": thread, "runId": run},
+            {
+                "type": "RUN_FINISHED",
+                "threadId": thread,
+                "runId": run,
+                "outcome": {"type": "interrupt", "interrupts": [{"id": interrupt, "reason": "x"}]},
+            },
+        ]
+        sends = [await producer.send(self.names.events, orjson.dumps(e), key=key) for e in events]
+        await asyncio.gather(*sends)
+        body = {
+            "threadId": thread,
+            "runId": f"{thread}-n{k}",
+            "messages": [],
+            "resume": [{"interruptId": interrupt, "status": "resolved", "payload": True}],
+        }
+        self.sent[corr] = (self.now(), partition_for(key, self.partitions), thread)
+        await producer.send_and_wait(
+            self.names.requests,
+            orjson.dumps(body),
+            key=key,
+            headers=[("agui-correlation-id", corr.encode())],
+        )
+
+    async def tail(self, stop: asyncio.Event) -> None:
+        """Forwards and rejections, as they commit."""
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=self.ctx.bootstrap,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await reader.start()
+        try:
+            tps = [TopicPartition(self.names.run_requests, p) for p in range(self.partitions)]
+            tps += [TopicPartition(self.names.rejections, p) for p in range(self.partitions)]
+            reader.assign(tps)
+            while not stop.is_set():
+                batch = await reader.getmany(timeout_ms=100)
+                at = self.now()
+                for tp, records in batch.items():
+                    for record in records:
+                        corr = dict(record.headers).get("agui-correlation-id")
+                        if corr is None:
+                            continue
+                        key = corr.decode()
+                        if tp.topic == self.names.run_requests:
+                            self.forwarded.setdefault(key, []).append(at)
+                        else:
+                            self.rejected[key] = at
+                        sent = self.sent.get(key)
+                        if sent is not None and len(self.forwarded.get(key, ())) <= 1:
+                            self.free.append(sent[2])
+        finally:
+            await reader.stop()
+
+    def waits(
+        self, start: float, end: float, partitions: set[int] | None = None, inside: bool = True
+    ) -> list[float]:
+        """Waits (s) of the requests sent in [start, end) on `partitions` (or not on them);
+        one not decided yet waits until now."""
+        out = []
+        now = self.now()
+        for corr, (sent, partition, _) in self.sent.items():
+            if not start <= sent < end:
+                continue
+            if partitions is not None and (partition in partitions) != inside:
+                continue
+            done = self.forwarded.get(corr, [self.rejected.get(corr, now)])[0]
+            out.append(done - sent)
+        return out
+
+
+def assigned(gateway: GatewayProcess) -> list[int]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{gateway.port}/readyz", timeout=5) as r:
+        body = orjson.loads(r.read())
+    return sorted(int(p.rsplit("/", 1)[1]) for p in body["assigned"])
+
+
+async def settled(gateways: list[GatewayProcess], partitions: int) -> list[list[int]]:
+    """Until every instance is ready and the pairs are all held, apart."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*(g.wait_ready(5) for g in gateways))
+            held = [await asyncio.to_thread(assigned, g) for g in gateways]
+            every = [p for h in held for p in h]
+            if sorted(every) == list(range(partitions)):
+                return held
+        await asyncio.sleep(0.3)
+    raise TimeoutError("the instances did not settle")
+
+
+async def standby_memory(ctx: Context, names: Names, partitions: int) -> tuple[float, int]:
+    """Bytes a replica of the whole changelog holds, and its threads (tracemalloc)."""
+    settings = make_settings(names, ctx.bootstrap)
+    restorer = Restorer(settings)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        held = [await restorer.restore(names.changelog, p) for p in range(partitions)]
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return float(after - before), sum(len(r.store) for r in held)
+
+
+async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
+    size = ctx.size
+    partitions, rate = size.instances_partitions, size.instances_rate
+    session_ms = size.instances_session_timeout_ms
+    names = Names(f"{ctx.namespace}-inst", f"{ctx.namespace}-insto", f"{ctx.namespace}-inst")
+    overrides = {
+        "session_timeout_ms": session_ms,
+        "heartbeat_interval_ms": max(100, session_ms // 6),
+        "standby_replicas": 1,
+    }
+    settings = make_settings(names, ctx.bootstrap, **overrides)
+    async with Admin(ctx.bootstrap) as admin:
+        await create_topics(admin, names, settings, partitions, inputs=True)
+
+    def process(i: int, attempt: int) -> GatewayProcess:
+        return GatewayProcess(
+            names.settings(ctx.bootstrap, instance_name=f"gw-{i}", **overrides),
+            ctx.work / f"instances-gw{i}-{attempt}.log",
+        )
+
+    gateways = [process(i, 0) for i in range(INSTANCES)]
+    driver = Driver(ctx, names, size.instances_threads, partitions)
+    stop_offer, stop_tail = asyncio.Event(), asyncio.Event()
+    marks: dict[str, float] = {}
+    try:
+        for g in gateways:
+            g.start()
+        await settled(gateways, partitions)
+        tail = asyncio.create_task(driver.tail(stop_tail))
+        offer = asyncio.create_task(driver.offer(rate, stop_offer))
+        await asyncio.sleep(size.instances_warmup_seconds)
+
+        # 1. kill -9 of one instance
+        victim = gateways[0]
+        lost = set(await asyncio.to_thread(assigned, victim))
+        assert victim.proc is not None
+        marks["kill"] = driver.now()
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        await asyncio.to_thread(victim.proc.wait)
+        held = await settled(gateways[1:], partitions)
+        marks["taken_over"] = driver.now()
+        ctx.log(
+            f"instances: kill -9 of gw-0 (pairs {sorted(lost)}); survivors hold {held} "
+            f"{marks['taken_over'] - marks['kill']:.1f} s later"
+        )
+        await asyncio.sleep(size.instances_settle_seconds)
+        gateways[0] = process(0, 1)
+        gateways[0].start()
+        await settled(gateways, partitions)
+        await asyncio.sleep(size.instances_settle_seconds)
+
+        # 2. rolling restart
+        marks["rolling"] = driver.now()
+        for i in range(INSTANCES):
+            await gateways[i].stop()
+            gateways[i] = process(i, 2 + i)
+            gateways[i].start()
+            await settled(gateways, partitions)
+        marks["rolled"] = driver.now()
+        await asyncio.sleep(size.instances_settle_seconds)
+        balance = [len(h) for h in await settled(gateways, partitions)]
+        standby_threads = [
+            (await asyncio.to_thread(g.metrics)).get("agui_gateway_standby_threads", 0.0)
+            for g in gateways
+        ]
+        stop_offer.set()
+        await offer
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(
+            c not in driver.forwarded and c not in driver.rejected for c in driver.sent
+        ):
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)  # duplicates would show by now
+        stop_tail.set()
+        await tail
+    finally:
+        stop_offer.set()
+        stop_tail.set()
+        for g in gateways:
+            await g.stop()
+
+    memory, replica_threads = await standby_memory(ctx, names, partitions)
+    kill_on = driver.waits(marks["kill"], marks["taken_over"], lost, inside=True)
+    kill_off = driver.waits(marks["kill"], marks["taken_over"], lost, inside=False)
+    rolling = driver.waits(marks["rolling"], marks["rolled"])
+    lost_requests = [
+        c for c in driver.sent if c not in driver.forwarded and c not in driver.rejected
+    ]
+    twice = [c for c, at in driver.forwarded.items() if len(at) > 1]
+    how = (
+        f"{INSTANCES} processes, {partitions} pairs, {rate:g} requests/s offered, "
+        f"session_timeout_ms={session_ms}, standby_replicas=1"
+    )
+    figures = [
+        figure(
+            "instances.kill_takeover_s",
+            "kill -9 of one instance: longest wait of a request on its pairs (until decided again)",
+            max(kill_on, default=0.0),
+            "s",
+            how,
+            target=f"<= {session_ms / 1000 + 1:g}",
+        ),
+        figure(
+            "instances.kill_others_max_wait_s",
+            "kill -9 of one instance: longest wait of a request on the other instances' pairs",
+            max(kill_off, default=0.0),
+            "s",
+            how,
+            target="<= 1",
+        ),
+        figure(
+            "instances.rolling_max_wait_s",
+            "rolling restart (SIGTERM, start, ready, one after another): longest wait",
+            max(rolling, default=0.0),
+            "s",
+            how,
+            target="<= 2",
+        ),
+        figure(
+            "instances.balance",
+            "pairs per instance at the end: max - min",
+            max(balance) - min(balance),
+            "pairs",
+            how,
+            target="<= 1",
+        ),
+        figure(
+            "instances.standby_bytes_per_thread",
+            "standby memory: a replica of the changelog, per thread it holds",
+            memory / max(1, replica_threads),
+            "B",
+            f"{replica_threads} threads, tracemalloc",
+        ),
+        figure(
+            "instances.not_exactly_once",
+            "requests lost or forwarded twice",
+            len(lost_requests) + len(twice),
+            "requests",
+            how,
+            target="<= 0",
+        ),
+    ]
+    detail = {
+        "instances": INSTANCES,
+        "partitions": partitions,
+        "offered_rate": rate,
+        "threads": size.instances_threads,
+        "session_timeout_ms": session_ms,
+        "requests_sent": len(driver.sent),
+        "requests_rejected": len(driver.rejected),
+        "ticks_without_idle_thread": driver.skipped,
+        "marks_s": {k: round(v, 2) for k, v in marks.items()},
+        "killed_pairs": sorted(lost),
+        "kill_requests_on_its_pairs": len(kill_on),
+        "kill_requests_elsewhere": len(kill_off),
+        "rolling_requests": len(rolling),
+        "pairs_per_instance": balance,
+        "standby_threads_per_instance": standby_threads,
+        "replica_bytes": memory,
+        "replica_threads": replica_threads,
+        "lost": lost_requests[:20],
+        "forwarded_twice": twice[:20],
+    }
+    ctx.log(
+        f"instances: kill -9 wait on its pairs {max(kill_on, default=0):.2f} s, elsewhere "
+        f"{max(kill_off, default=0):.2f} s; rolling restart {max(rolling, default=0):.2f} s; "
+        f"balance {balance}; standby {memory / max(1, replica_threads):.0f} B/thread; "
+        f"lost {len(lost_requests)}, twice {len(twice)}"
+    )
+    return figures, detail
