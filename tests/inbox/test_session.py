@@ -151,6 +151,13 @@ def test_a_sign_in_or_out_from_another_site_is_refused(inbox) -> None:
     answer = api.post("/inbox/login", data={"token": TOKEN}, headers=foreign)
     assert answer.status_code == 403 and "set-cookie" not in answer.headers
     assert api.post("/inbox/logout", headers=foreign).status_code == 403
+    # a browser's form from a no-referrer page says `Origin: null`; its Sec-Fetch-Site decides
+    sent_null = {"Origin": "null"}
+    cross = {**sent_null, "Sec-Fetch-Site": "cross-site"}
+    assert api.post("/inbox/login", data={"token": TOKEN}, headers=cross).status_code == 403
+    assert api.post("/inbox/login", data={"token": TOKEN}, headers=sent_null).status_code == 403
+    same = {**sent_null, "Sec-Fetch-Site": "same-origin"}
+    assert api.post("/inbox/login", data={"token": TOKEN}, headers=same).status_code == 303
 
 
 def test_with_no_token_set_nobody_signs_in_and_inbox_open_opens_everything() -> None:

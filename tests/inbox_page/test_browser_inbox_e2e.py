@@ -3,8 +3,10 @@ interrupts topic, a separate `agui-gateway inbox` reads it into its view and ser
 page, and a person signs in, watches and answers.
 
 - interrupts raised by an agent's events (its own topics, and a group's shared ones)
-  appear on the open page within `APPEAR_S` of their RUN_FINISHED being committed to
-  the events topic (each delay is measured and printed);
+  appear on the open page within `APPEAR_S` of the gateway committing their
+  RUN_FINISHED (the transaction that writes the interrupt's record); each delay is
+  measured and printed, and so is the delay from the RUN_FINISHED's own write, which
+  adds the gateway's commit_interval_ms;
 - an answer given in the page's form is forwarded by the gateway to the agent's
   run-requests topic, and the row then leaves the open page;
 - an answer that breaks the interrupt's `responseSchema` is rejected by the gateway and
