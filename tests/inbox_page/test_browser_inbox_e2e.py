@@ -28,7 +28,7 @@ from playwright.async_api import Page, expect
 
 from gateway.codec import interrupts as records
 from tests.inbox.test_inbox_e2e import TOKEN, InboxProcess
-from tests.inbox_page.browser import browser
+from tests.inbox_page.browser import browser, shot
 from tests.integration.support import GatewayProcess, Namespace, collect, values
 from tests.integration.test_groups_e2e import GROUP, GROUPS, agent_header, create_group
 
@@ -271,6 +271,11 @@ async def test_the_page_follows_and_answers_through_the_real_gateway(kafka_boots
                 values(await collect(ns.bootstrap, ns.run_requests(SOLO), count=0, settle=1.0))
                 == []
             )
+
+            # the docs' picture of the page on the real view: the summary now has a latency
+            await page.reload()
+            await expect(page.locator("#live")).to_have_text("live")
+            await shot(page, "inbox-page-real-view.png")
 
             # signing out: the next navigation asks again
             await page.locator("#signout").click()
