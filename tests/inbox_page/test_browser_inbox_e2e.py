@@ -10,7 +10,9 @@ page, and a person signs in, watches and answers.
 - an answer given in the page's form is forwarded by the gateway to the agent's
   run-requests topic, and the row then leaves the open page;
 - an answer that breaks the interrupt's `responseSchema` is rejected by the gateway and
-  its reason (`payload_schema_mismatch`) is shown; the row stays.
+  its reason (`payload_schema_mismatch`) is shown; the row stays;
+- an interrupt that expires while its thread is open shows as expired and can only be
+  abandoned, which the gateway forwards; its row then leaves.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -29,7 +32,7 @@ from playwright.async_api import Page, expect
 from gateway.codec import interrupts as records
 from tests.inbox.test_inbox_e2e import TOKEN, InboxProcess
 from tests.inbox_page.browser import browser, shot
-from tests.integration.support import GatewayProcess, Namespace, collect, values
+from tests.integration.support import GatewayProcess, Namespace, collect, produce, values
 from tests.integration.test_groups_e2e import GROUP, GROUPS, agent_header, create_group
 
 pytestmark = pytest.mark.integration
@@ -271,6 +274,39 @@ async def test_the_page_follows_and_answers_through_the_real_gateway(kafka_boots
                 values(await collect(ns.bootstrap, ns.run_requests(SOLO), count=0, settle=1.0))
                 == []
             )
+
+            # an interrupt that expires while its thread is open: shown expired, only
+            # abandoning is left, which the gateway forwards; the row then leaves
+            expires = datetime.now(UTC) + timedelta(seconds=6)
+            late = {
+                "id": "late",
+                "reason": "tool_approval",
+                "expiresAt": expires.isoformat().replace("+00:00", "Z"),
+            }
+            await produce(ns.bootstrap, ns.events(SOLO), finished("t-late", "r-late", late))
+            await appears(page, "late", time.monotonic())
+            await answering.goto(f"{base}/inbox/thread?agent={SOLO}&thread=t-late")
+            part = answering.locator('fieldset.part[data-interrupt="late"]')
+            await expect(part.locator('input[value="resolved"]')).to_be_enabled()
+            await expect(part).to_have_class("part expired", timeout=20_000)
+            await expect(part.locator(".expiry")).to_have_text("expired")
+            await expect(part.locator('input[value="resolved"]')).to_be_disabled()
+            await expect(part.locator('input[value="cancelled"]')).to_be_checked()
+            await expect(page.locator("tr.row.expired td.interrupt")).to_have_text("late")
+            await answering.locator("#send").click()
+            await expect(answering.locator("#result .forward")).to_contain_text(
+                "Forwarded: run inbox-", timeout=30_000
+            )
+            await page.wait_for_function(
+                """() => ![...document.querySelectorAll('#interrupts tbody tr.row td.interrupt')]
+                          .some(td => td.textContent === 'late')""",
+                polling="raf",
+                timeout=10_000,
+            )
+            [abandoned] = values(
+                await collect(ns.bootstrap, ns.run_requests(SOLO), count=1, timeout=30)
+            )
+            assert abandoned["resume"] == [{"interruptId": "late", "status": "cancelled"}]
 
             # the docs' picture of the page on the real view: the summary now has a latency
             await page.reload()
