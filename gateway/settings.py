@@ -535,13 +535,15 @@ class Settings(BaseSettings):
 
     # --- The inbox (open interrupts of every agent, read from interrupts_topic) ---------
     inbox_enabled: bool = False
-    """Serve the inbox's JSON API (`/interrupts`, `/threads/...`) on the gateway's HTTP
-    port; `agui-gateway inbox` serves it whatever this says."""
+    """Serve the inbox's JSON API (`/interrupts`, `/threads/...`) and its page (`/inbox`)
+    on the gateway's HTTP port; `agui-gateway inbox` serves both whatever this says."""
     inbox_token: SecretStr | None = None
-    """Bearer token the inbox's API asks for (`Authorization: Bearer <token>`). Unset: every
-    request is refused (401) unless inbox_open says otherwise."""
+    """Bearer token the inbox's API and page ask for (`Authorization: Bearer <token>`, or
+    the session cookie a browser gets by giving it once at `/inbox/login`: an HMAC under
+    the token, not the token). Unset: every request is refused (401) unless inbox_open
+    says otherwise."""
     inbox_open: bool = False
-    """Serve the inbox's API with no token at all (for a trusted network only)."""
+    """Serve the inbox's API and page with no token at all (for a trusted network only)."""
     inbox_max_open: int = Field(default=200_000, ge=1)
     """Open interrupts the inbox's view holds at most. Past it (or past inbox_max_bytes)
     an interrupt that opens is not held nor listed, and counted in

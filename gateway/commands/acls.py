@@ -85,6 +85,10 @@ def main(
             )
     for note in overlaps(settings, agent_pattern, role) if role in ("gateway", "bridge") else ():
         print(f"agui-gateway acls: note: {note}", file=sys.stderr)
+    if role == "inbox":  # the page writes requests topics only: say when a prefix reaches more
+        for note in overlaps(settings, agent_pattern):
+            if note.startswith("the requests ACLs"):
+                print(f"agui-gateway acls: note: {note}", file=sys.stderr)
     return _emit(settings, acls, action, command_config, principal)
 
 

@@ -1,7 +1,7 @@
-"""`agui-gateway inbox`: the inbox's JSON API on its own, until SIGTERM/SIGINT.
+"""`agui-gateway inbox`: the inbox's JSON API and page on their own, until SIGTERM/SIGINT.
 
-It reads the interrupts topic into its view (`gateway.inbox`) and serves the API on
-`inbox_port`, with /healthz, /readyz (ready once the topic was read to its end) and
+It reads the interrupts topic into its view (`gateway.inbox`) and serves the API and
+the page (`/inbox`, with its sign-in) on `inbox_port`, with /healthz, /readyz (ready once the topic was read to its end) and
 /metrics beside it. Any number may run: each reads the whole topic.
 """
 
@@ -32,8 +32,11 @@ async def serve(
     http = HttpServer(
         settings.http_host, settings.inbox_port, registry, service.ready, service.routes
     )
-    async with serving(http, stop, settings.shutdown_timeout_s):
-        await service.run(stop)
+    try:
+        async with serving(http, stop, settings.shutdown_timeout_s):
+            await service.run(stop)
+    finally:
+        await service.aclose()  # the page's sender, once no request can use it
 
 
 def main(settings: Settings) -> int:

@@ -35,18 +35,22 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         gateway.ready,
         inbox.routes if inbox is not None else (),
     )
-    async with serving(http, stop, settings.shutdown_timeout_s):
-        if inbox is None:
+    if inbox is None:
+        async with serving(http, stop, settings.shutdown_timeout_s):
             await gateway.run(stop)
-            return
-        # the inbox's reader beside the gateway: it never stops the gateway (a failed
-        # reader starts again on its own); it stops with it
-        reading = asyncio.create_task(inbox.run(stop), name="inbox")
-        try:
-            await gateway.run(stop)
-        finally:
-            stop.set()
-            await asyncio.gather(reading, return_exceptions=True)
+        return
+    try:
+        async with serving(http, stop, settings.shutdown_timeout_s):
+            # the inbox's reader beside the gateway: it never stops the gateway (a failed
+            # reader starts again on its own); it stops with it
+            reading = asyncio.create_task(inbox.run(stop), name="inbox")
+            try:
+                await gateway.run(stop)
+            finally:
+                stop.set()
+                await asyncio.gather(reading, return_exceptions=True)
+    finally:
+        await inbox.aclose()  # the page's sender, once no request can use it
 
 
 def main(settings: Settings) -> int:

@@ -1,10 +1,11 @@
 """The demo composed: topics, the gateway in-process, the simulators, the console.
 
-Start order: topics, HTTP, gateway (until ready), simulators (with a real
-agent: the agent, the bridge until ready, its client), console.
+Start order: topics, HTTP (with the inbox's API and page), gateway (until ready) and
+the inbox's reader, simulators (with a real agent: the agent, the bridge until ready,
+its client), console.
 Stop order: traffic (with a real agent: its conversations drained, then its
 client, the bridge, the agent), a short drain of awaited replies, the
-gateway, the reply counter, HTTP. Every wait is bounded.
+gateway, the reply counter, HTTP, the inbox. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO
 
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
+from starlette.routing import BaseRoute
 
 from gateway.demo.agents import Agents
 from gateway.demo.bridged import RealAgentDemo
@@ -29,6 +33,7 @@ from gateway.demo.console import Console, Header
 from gateway.demo.stats import DemoStats
 from gateway.demo.wire import DemoSetupError
 from gateway.http import HttpServer
+from gateway.inbox.service import InboxService
 from gateway.kafka.runner import Gateway
 from gateway.kafka.wire import clients as kafka_clients
 from gateway.kafka.wire.topics import LEGAL_TOPIC, TopicNames, agent_topic_layout, ensure_topics
@@ -79,22 +84,39 @@ async def create_topics(settings: Settings, agent: str, partitions: int, replies
 
 
 async def start_http(
-    settings: Settings, registry: CollectorRegistry, gateway: Gateway
-) -> tuple[HttpServer, str]:
-    """The HTTP endpoints on the configured port or, when it is taken, on any free one."""
+    settings: Settings,
+    registry: CollectorRegistry,
+    gateway: Gateway,
+    routes: Sequence[BaseRoute] = (),
+) -> tuple[HttpServer, str, str]:
+    """The HTTP endpoints on the configured port or, when it is taken, on any free one:
+    the server, the metrics' URL (saying so when the port was taken) and the base URL."""
     problem: OSError | None = None
     for port in dict.fromkeys((settings.http_port, 0)):
-        http = HttpServer(settings.http_host, port, registry, gateway.ready)
+        http = HttpServer(settings.http_host, port, registry, gateway.ready, routes)
         try:
             bound = await http.start()
         except OSError as exc:
             problem = exc
             continue
-        url = f"http://{settings.http_host}:{bound}/metrics"
+        base = f"http://{settings.http_host}:{bound}"
+        url = f"{base}/metrics"
         if port != settings.http_port:
             url += f" (port {settings.http_port} was taken)"
-        return http, url
+        return http, url, base
     raise DemoSetupError(f"cannot listen on {settings.http_host}: {problem}")
+
+
+def demo_inbox(settings: Settings, registry: CollectorRegistry) -> tuple[InboxService, str]:
+    """The inbox for the demo, on the gateway's HTTP port, and what to sign in with: the
+    settings' inbox_token (not shown), or a token made for this demo run (shown)."""
+    if settings.inbox_open:
+        return InboxService(settings, registry), "no token needed (inbox_open)"
+    if settings.inbox_token is not None:
+        return InboxService(settings, registry), "sign in with your inbox_token"
+    token = secrets.token_urlsafe(18)
+    inbox = InboxService(settings.model_copy(update={"inbox_token": SecretStr(token)}), registry)
+    return inbox, f"sign in with token {token} (made for this demo run)"
 
 
 async def wait_ready(gateway: Gateway, task: asyncio.Task[None]) -> None:
@@ -191,9 +213,13 @@ async def run(
 
     registry = CollectorRegistry()
     gateway = Gateway(settings, Metrics(registry))
-    http, metrics_url = await start_http(settings, registry, gateway)
+    inbox, sign_in = demo_inbox(settings, registry)
+    http, metrics_url, base = await start_http(settings, registry, gateway, inbox.routes)
+    inbox_url = f"{base}/inbox"
     stop_gateway = asyncio.Event()
     gateway_task = asyncio.create_task(gateway.run(stop_gateway), name="gateway")
+    stop_inbox = asyncio.Event()
+    inbox_task = asyncio.create_task(inbox.run(stop_inbox), name="inbox")
     stats = DemoStats()
     token = uuid.uuid4().hex[:8]
     agents = Agents(
@@ -220,13 +246,23 @@ async def run(
     real: RealAgentDemo | None = None
     if real_agent:
         real = RealAgentDemo(settings, real_agent, real_replies, registry)
-    header = Header(agent, partitions, rate, duration, metrics_url, log_path, tuple(members or ()))
+    header = Header(
+        agent,
+        partitions,
+        rate,
+        duration,
+        metrics_url,
+        log_path,
+        tuple(members or ()),
+        f"{inbox_url} ({sign_in})",
+    )
     sources = [real.section] if real is not None else []
     console = Console(header, registry, stats, out, time.monotonic(), sources)
     elapsed = 0.0
     failure: str | None = None
     try:
         out.write(f"agui-gateway demo: starting (metrics {metrics_url}, gateway log {log_path})\n")
+        out.write(f"agui-gateway demo: the inbox is at {inbox_url}: {sign_in}\n")
         out.flush()
         await wait_ready(gateway, gateway_task)
         try:
@@ -282,6 +318,9 @@ async def run(
             await _bounded(replies_task, 5)
         await clients.close()
         await http.stop()
+        stop_inbox.set()
+        await _bounded(inbox_task, 5)
+        await inbox.aclose()  # the page's sender, if an answer from the page started it
     console.final(elapsed)
     if failure is not None:
         raise DemoFailed(failure)

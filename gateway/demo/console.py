@@ -45,6 +45,7 @@ class Header:
     metrics_url: str
     log_path: str
     members: tuple[str, ...] = ()  # the group's agents, when `agent` is a group
+    inbox: str = ""  # where the inbox page is, and how to sign in
 
     @property
     def names(self) -> frozenset[str]:
@@ -126,6 +127,11 @@ def demo_section(header: Header, elapsed: float) -> Section:
             Row("partitions", str(header.partitions)),
             Row("new conversations / s", f"{header.rate:g}"),
             Row("metrics", header.metrics_url),
+            *(
+                (Row("inbox", header.inbox, "open interrupts, live; answer them"),)
+                if header.inbox
+                else ()
+            ),
             Row("gateway log", header.log_path),
         ),
     )

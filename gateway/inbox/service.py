@@ -1,6 +1,12 @@
 """The view, its reader and its routes together: what `agui-gateway inbox` runs, and what
 `agui-gateway run` adds to its HTTP port when `inbox_enabled`.
 
+Its routes are the JSON API, the page (`/inbox`, reading this view) and the page's
+sign-in (`/inbox/login`, `/inbox/logout`), all behind one authorizer: the bearer
+token or the session cookie (`gateway.inbox.session`). The page's answers go out
+through a Kafka client started on the first answer: `aclose()` stops it, after the
+HTTP server has stopped.
+
 A reader that fails (Kafka gone longer than its clients retry) is logged and started
 again after `RESTART_S`, on an emptied view: the topic is read from its beginning
 again, so a close whose tombstone compaction removed meanwhile is not missed.
@@ -18,9 +24,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from starlette.routing import Route
 
-from gateway.inbox.api import bearer, routes
+from gateway.inbox.api import routes
 from gateway.inbox.findings import FindingsReader
+from gateway.inbox.page.app import InboxPage
 from gateway.inbox.reader import InboxMetrics, InboxReader
+from gateway.inbox.session import Session
 from gateway.inbox.view import InboxView
 from gateway.settings import Settings
 
@@ -41,7 +49,15 @@ class InboxService:
         self.view = InboxView(settings.inbox_max_open, clock, settings.inbox_max_bytes)
         self.metrics = InboxMetrics(registry, self.view)
         self.reader = InboxReader(settings, self.view, self.metrics, clock)
-        self.routes: list[Route] = routes(self.view, bearer(settings))
+        self.session = Session(settings)
+        self.page = InboxPage(
+            self.view, self.session.authorize, settings, login=self.session.login_url
+        )
+        self.routes: list[Route] = [
+            *routes(self.view, self.session.authorize),
+            *self.session.routes(),
+            *self.page.routes(),
+        ]
         if not settings.inbox_open and settings.inbox_token is None:
             log.warning(
                 "inbox_token is not set: the inbox's API refuses every request (401); set "
@@ -53,6 +69,10 @@ class InboxService:
         return self.reader.caught_up.is_set(), {
             "inbox": {"open": len(self.view.index), "lagSeconds": self.view.lag_seconds}
         }
+
+    async def aclose(self) -> None:
+        """Stop the page's sender (its Kafka clients), if an answer started it."""
+        await self.page.aclose()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Read into the view until `stop`; a failed reader starts again (the interrupts

@@ -34,8 +34,9 @@ def pairs(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", text)}
 
 
-def fetch(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=5) as response:
+def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=5) as response:
         return response.status, response.read().decode()
 
 
@@ -96,6 +97,7 @@ async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
     stderr = asyncio.create_task(proc.stderr.read())
     lines: list[str] = []
     metrics_seen: tuple[int, str] | None = None
+    inbox_seen: tuple[int, str] | None = None
     try:
         async with asyncio.timeout(RUN_TIMEOUT_S):
             while line := (await proc.stdout.readline()).decode():
@@ -105,6 +107,14 @@ async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
                     url = re.search(r"http://\S+/metrics", "".join(lines))
                     assert url, "".join(lines)
                     metrics_seen = await asyncio.to_thread(fetch, url.group(0))
+                    # the demo opens the inbox and says where, with a token made for it
+                    inbox = re.search(
+                        r"the inbox is at (http://\S+/inbox): sign in with token (\S+) ",
+                        "".join(lines),
+                    )
+                    assert inbox, "".join(lines)
+                    bearer = {"Authorization": f"Bearer {inbox.group(2)}"}
+                    inbox_seen = await asyncio.to_thread(fetch, inbox.group(1), bearer)
             err = (await stderr).decode()
             returncode = await proc.wait()
     finally:
@@ -120,6 +130,9 @@ async def test_demo_runs_traffic_through_the_gateway_and_summarises_it(
     status, body = metrics_seen
     assert status == 200
     assert f'agui_gateway_events_total{{agent="{agent}"' in body
+    assert inbox_seen is not None and inbox_seen[0] == 200, inbox_seen
+    assert "Interrupt inbox" in inbox_seen[1] and 'id="interrupts"' in inbox_seen[1]
+    assert re.search(r"^\s+inbox\s+http://\S+/inbox \(sign in with token ", out, re.M), out
 
     assert out.count(FINAL_MARKER) == 1, out
     summary = out.split(FINAL_MARKER, 1)[1]

@@ -22,32 +22,64 @@ def test_the_layout_has_the_compacted_topic_with_the_shared_partitions() -> None
 
 
 def test_the_gateway_writes_and_the_inbox_reads_nothing_more() -> None:
+    """The inbox's reader reads; its page writes requests (never run-requests) and reads
+    and creates its reply topic."""
     settings = Settings(interrupts_topic="x.interrupts")
     assert Acl("topic", "x.interrupts", "literal", "Write", P) in gateway_acls(settings, "bot", P)
-    assert inbox_acls(settings, P) == [
+    assert inbox_acls(settings, P, "bot") == [
+        Acl("topic", "agui.bot.requests", "literal", "Write", P),
+        Acl("topic", "agui.inbox-replies", "literal", "Create", P),
+        Acl("topic", "agui.inbox-replies", "literal", "Read", P),
         Acl("topic", "agui.rejections", "literal", "Read", P),
         Acl("topic", "agui.warnings", "literal", "Read", P),
         Acl("topic", "x.interrupts", "literal", "Read", P),
     ]
-    owners = Settings(warnings_topic="agui.{agent}.warnings", interrupts_topic="")
+    owners = Settings(
+        warnings_topic="agui.{agent}.warnings",
+        interrupts_topic="",
+        inbox_page_reply_topic="ops.inbox-replies",
+    )
     assert inbox_acls(owners, P, "support") == [
         Acl("topic", "agui.rejections", "literal", "Read", P),
+        Acl("topic", "agui.support.requests", "literal", "Write", P),
         Acl("topic", "agui.support.warnings", "literal", "Read", P),
+        Acl("topic", "ops.inbox-replies", "literal", "Create", P),
+        Acl("topic", "ops.inbox-replies", "literal", "Read", P),
     ]
+    heads = Settings(requests_topic="agui.requests.{agent}")
+    assert Acl("topic", "agui.requests.sup", "prefixed", "Write", P) in inbox_acls(heads, P, "sup*")
+    for acls in (inbox_acls(settings, P, "bot"), inbox_acls(heads, P, "sup*")):
+        assert not any(a.operation == "Write" and "run-requests" in a.name for a in acls)
     off = Settings(interrupts_topic="")
     assert not any(a.name == "x.interrupts" for a in gateway_acls(off, "bot", P))
 
 
 def test_the_command_prints_the_inbox_readers_acls(capsys) -> None:
-    assert cli.main(["acls", "--agent-pattern", "*", "--principal", P, "--role", "inbox"]) == 0
-    lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
-    assert {args[args.index("--topic") + 1] for args in lines} == {
-        "agui.interrupts",
-        "agui.rejections",
-        "agui.warnings",
+    assert cli.main(["acls", "--agent-pattern", "bot", "--principal", P, "--role", "inbox"]) == 0
+    out, err = capsys.readouterr()
+    lines = [shlex.split(line) for line in out.splitlines()]
+    operations = {
+        args[args.index("--topic") + 1]: [
+            args[i + 1] for i, a in enumerate(args) if a == "--operation"
+        ]
+        for args in lines
     }
-    assert {args[args.index("--operation") + 1] for args in lines} == {"Read"}
-    assert all(args.count("--operation") == 1 for args in lines)
+    assert operations == {
+        "agui.interrupts": ["Read"],
+        "agui.rejections": ["Read"],
+        "agui.warnings": ["Read"],
+        "agui.bot.requests": ["Write"],
+        "agui.inbox-replies": ["Create", "Read"],
+    }
+    assert err == ""
+
+
+def test_the_command_says_when_a_prefix_lets_the_page_write_more_than_requests(capsys) -> None:
+    argv = ["acls", "--agent-pattern", "sup*", "--principal", P, "--role", "inbox"]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "the requests ACLs on topic prefix agui.sup also cover" in err
+    assert "run-requests" in err
 
 
 def test_gateway_options_do_not_fit_the_inbox_role(capsys) -> None:

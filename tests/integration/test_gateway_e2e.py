@@ -223,7 +223,7 @@ async def test_an_agent_with_only_a_requests_topic_is_not_held_back(
     ns: Namespace, create_topics, tmp_path
 ) -> None:
     await create_topics([ns.requests("solo")], partitions=1)
-    outputs = [ns.run_requests("solo"), ns.rejections, ns.warnings, ns.audit]
+    outputs = [ns.run_requests("solo"), ns.rejections, ns.warnings, ns.audit, ns.interrupts]
     await create_topics(outputs, partitions=1)
     gateway = await GatewayProcess(ns, tmp_path, merge_max_wait_ms=60_000).start()
     try:

@@ -26,7 +26,7 @@ async def test_create_is_idempotent_and_reports_what_it_cannot_fix(kafka_bootstr
     ns = Namespace(kafka_bootstrap)
     code, out, _ = await run(ns, "--agent", "alpha", "--partitions", "2")
     assert code == 0
-    assert sorted(line.split()[0] for line in out.splitlines()) == ["created"] * 7
+    assert sorted(line.split()[0] for line in out.splitlines()) == ["created"] * 8
     code, out, _ = await run(ns, "--agent", "alpha", "--partitions", "2")
     assert code == 0 and {line.split()[0] for line in out.splitlines()} == {"exists"}
 

@@ -39,7 +39,7 @@ def test_one_agent_gets_literal_topic_acls_and_nothing_else() -> None:
         Acl("group", "agui-gateway", "literal", "Read", P),
         Acl("transactional-id", "agui-gateway.support.", "prefixed", "Write", P),
     }
-    assert len(acls) == 12  # no duplicates
+    assert len(acls) == 13  # no duplicates
     assert overlaps(Settings(), "support") == []
 
 
@@ -109,7 +109,7 @@ def test_commands_group_operations_per_resource() -> None:
     ]
     txn = next(p for p in parsed if "--transactional-id" in p)
     assert txn[-2:] == ["--resource-pattern-type", "prefixed"]
-    assert len(lines) == 9  # one per resource
+    assert len(lines) == 10  # one per resource
 
 
 @pytest.mark.parametrize("pattern", ["a*b", "**", "bad name"])

@@ -170,7 +170,7 @@ async def test_the_agents_of_an_assignment_share_one_changelog_look_up() -> None
     policies["agui.beta.gateway-changelog"] = "delete"
     admin = Admin(policies)
     topics = {f"agui.{a}.{side}" for a in agents for side in ("events", "requests")}
-    topics.add("agui.audit")
+    topics |= {"agui.audit", "agui.interrupts"}
     cluster = SimpleNamespace(partitions_for_topic=lambda t: {0, 1} if t in topics else None)
     consumer: Any = SimpleNamespace(_client=SimpleNamespace(cluster=cluster))
     preparer = Preparer(TopicNames(Settings()), None, consumer, admin, None, None)  # type: ignore[arg-type]
@@ -303,7 +303,7 @@ async def test_an_agent_is_refused_while_its_audit_topic_is_missing_with_the_tra
     """Its decisions could not be written: refused with what to do, before its changelog
     is even looked up; with the trail off the same agent is served."""
     admin = Admin({"agui.alpha.gateway-changelog": "compact"})
-    topics = {"agui.alpha.events", "agui.alpha.requests"}
+    topics = {"agui.alpha.events", "agui.alpha.requests", "agui.interrupts"}
     cluster = SimpleNamespace(partitions_for_topic=lambda t: {0, 1} if t in topics else None)
     consumer: Any = SimpleNamespace(_client=SimpleNamespace(cluster=cluster))
     on = Preparer(TopicNames(Settings()), None, consumer, admin, None, None)  # type: ignore[arg-type]
@@ -314,4 +314,23 @@ async def test_an_agent_is_refused_while_its_audit_topic_is_missing_with_the_tra
     off = Preparer(TopicNames(Settings(audit_enabled=False)), None, consumer, admin, None, None)  # type: ignore[arg-type]
     assert await off.check_agent("alpha") is None
     topics.add("agui.audit")
+    assert await on.check_agent("alpha") is None
+
+
+async def test_an_agent_is_refused_while_the_interrupts_topic_is_missing_unless_it_is_off() -> None:
+    """An upgrade that keeps interrupts_topic (the default) but never ran `topics create`:
+    every round that opens or closes an interrupt would fail to commit. Refused with what
+    to do, as for the audit topic; with interrupts_topic="" the agent is served."""
+    admin = Admin({"agui.alpha.gateway-changelog": "compact"})
+    topics = {"agui.alpha.events", "agui.alpha.requests", "agui.audit"}
+    cluster = SimpleNamespace(partitions_for_topic=lambda t: {0, 1} if t in topics else None)
+    consumer: Any = SimpleNamespace(_client=SimpleNamespace(cluster=cluster))
+    on = Preparer(TopicNames(Settings()), None, consumer, admin, None, None)  # type: ignore[arg-type]
+    why = await on.check_agent("alpha")
+    assert why is not None and why.startswith("interrupts topic agui.interrupts does not exist")
+    assert "agui-gateway topics create" in why and 'interrupts_topic=""' in why
+    assert why.endswith("Agent refused") and admin.described == []
+    off = Preparer(TopicNames(Settings(interrupts_topic="")), None, consumer, admin, None, None)  # type: ignore[arg-type]
+    assert await off.check_agent("alpha") is None
+    topics.add("agui.interrupts")
     assert await on.check_agent("alpha") is None

@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl
 from aiokafka.errors import KafkaError
 from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from gateway.client import (
@@ -86,19 +86,22 @@ class InboxPage:
         settings: Settings,
         sender: AnswerSender | None = None,
         clock: Callable[[], int] = _now_ms,
+        login: Callable[[Request], str] | None = None,
     ) -> None:
         self.source = source
         self.authorize = authorize
+        # where an unauthenticated navigation to a page is sent (None: 401 like the rest)
+        self.login = login
         self.settings = settings
         self.sender: AnswerSender = sender if sender is not None else KafkaSender(settings)
         self.clock = clock
 
     def routes(self) -> list[Route]:
         return [
-            Route("/inbox", self._guard(self.inbox), methods=["GET"]),
+            Route("/inbox", self._guard(self.inbox, page=True), methods=["GET"]),
             Route("/inbox/events", self._guard(self.events), methods=["GET"]),
             Route("/inbox/summary", self._guard(self.summary), methods=["GET"]),
-            Route("/inbox/thread", self._guard(self.thread), methods=["GET"]),
+            Route("/inbox/thread", self._guard(self.thread, page=True), methods=["GET"]),
             Route("/inbox/check", self._guard(self.check), methods=["POST"]),
             Route("/inbox/answer", self._guard(self.answer), methods=["POST"]),
             Route("/inbox/assets/{name}", self._guard(self.asset), methods=["GET"]),
@@ -111,10 +114,12 @@ class InboxPage:
     # --- plumbing ---------------------------------------------------------------------------
 
     def _guard(
-        self, handler: Callable[[Request], Awaitable[Response]]
+        self, handler: Callable[[Request], Awaitable[Response]], page: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:
         async def guarded(request: Request) -> Response:
             if not await self.authorize(request):
+                if page and self.login is not None:  # a person navigating: sign in first
+                    return _secured(RedirectResponse(self.login(request), status_code=303))
                 return _secured(JSONResponse({"error": "unauthorized"}, status_code=401))
             if request.method == "POST" and not _same_origin(request):
                 return _secured(JSONResponse({"error": "cross_origin"}, status_code=403))
@@ -165,6 +170,7 @@ class InboxPage:
             filters,
             self.clock(),
             refresh_s=self.settings.inbox_page_summary_refresh_s,
+            signout=self.login is not None,
         )
         return HTMLResponse(page)
 

@@ -164,8 +164,10 @@ def inbox(
     filters: Mapping[str, str],
     now_ms: int,
     refresh_s: float = 15.0,
+    signout: bool = False,
 ) -> str:
-    """The inbox: filters, the summary per agent, and the open interrupts, oldest first."""
+    """The inbox: filters, the summary per agent, and the open interrupts, oldest first
+    (with `signout`, a button that ends the browser's session: `POST <base>/logout`)."""
     items = [i for i in listing.get("items") or [] if isinstance(i, dict)]
     inputs = "".join(
         f'<label>{esc(label)} <input name="{name}" value="{esc(filters.get(name, ""))}"'
@@ -178,7 +180,14 @@ def inbox(
     body = (
         '<header><h1>Interrupt inbox</h1><span class="lag" id="lag">'
         f"{esc(lag_text(listing.get('lagSeconds')))}</span>"
-        '<span class="live" id="live">connecting…</span></header>'
+        '<span class="live" id="live">connecting…</span>'
+        + (
+            f'<form class="signout" method="post" action="{esc(base)}/logout">'
+            '<button type="submit" id="signout">Sign out</button></form>'
+            if signout
+            else ""
+        )
+        + "</header>"
         f'<form class="filters" id="filters" method="get" action="{esc(base)}">{inputs}'
         f'<button type="submit">Filter</button> <a href="{esc(base)}">clear</a></form>'
         + (

@@ -295,7 +295,9 @@ class Preparer:
 
     async def check_agent(self, agent: str) -> str | None:
         """Why an agent must be refused, or None: co-partitioning, its audit topic (with
-        the trail on, its decisions cannot be written without it) and its changelog."""
+        the trail on, its decisions cannot be written without it), the interrupts topic
+        (while it is set, no round that opens or closes an interrupt can commit without
+        it) and its changelog."""
         topics = self.names.for_agent(agent)
         events = clients.partitions_for(self.consumer, topics.events)
         requests = clients.partitions_for(self.consumer, topics.requests)
@@ -310,6 +312,17 @@ class Preparer:
                 "describe it): the audit trail is on (audit_enabled), so no decision can be "
                 "written without it. Create it with `agui-gateway topics create` (then "
                 "restart the gateway), or set audit_enabled=false. Agent refused"
+            )
+        if topics.interrupts is not None and not clients.partitions_for(
+            self.consumer, topics.interrupts
+        ):
+            return (
+                f"interrupts topic {topics.interrupts} does not exist (or this principal may "
+                "not describe it): every interrupt opened or closed is written to it in the "
+                "decision's transaction (interrupts_topic), so no such decision can be "
+                "committed without it. Create it with `agui-gateway topics create` (then "
+                'restart the gateway), or set interrupts_topic="" (the inbox then shows '
+                "nothing). Agent refused"
             )
         await self._check_readable(
             [t for t, found in ((topics.events, events), (topics.requests, requests)) if not found]

@@ -23,7 +23,8 @@ DESCRIBE, READ implies DESCRIBE, in Kafka's own rules):
 
 An auditor (`agui-gateway audit`, `auditor_acls`) reads the audit topic: Topic READ
 on it, without a consumer group (it assigns the partitions itself).
-The inbox (`inbox_acls`) reads the interrupts topic, which the gateway writes.
+The inbox (`inbox_acls`) reads the interrupts topic, which the gateway writes; its page
+writes the requests topics and reads (and creates) its own reply topic.
 
 The bridge (`agui-gateway bridge`, `bridge_acls`) reads run-requests, writes
 events and its run markers (a topic it creates and checks is compacted), in its
@@ -193,14 +194,24 @@ def _interrupts(settings: Settings, operation: str, principal: str) -> list[Acl]
 
 
 def inbox_acls(settings: Settings, principal: str, agent_pattern: str = "*") -> list[Acl]:
-    """The inbox reader's ACLs (`agui-gateway inbox`, or a gateway with inbox_enabled):
-    Read on the interrupts topic, and on the rejections and warnings topics its summary
-    counts from (the ones for all, or, when those settings are templates, the topics of
-    the agents `agent_pattern` names). It joins no consumer group and writes nothing."""
+    """The inbox's ACLs (`agui-gateway inbox`, or a gateway with inbox_enabled).
+
+    Its reader: Read on the interrupts topic, and on the rejections and warnings topics
+    its summary counts from (the ones for all, or, when those settings are templates,
+    the topics of the agents `agent_pattern` names); it joins no consumer group. Its
+    page sends answers as any client does: Write on the requests topics of the agents
+    (or groups) `agent_pattern` names, and Read and Create on `inbox_page_reply_topic`,
+    where the verdicts come back (read without a consumer group). Nothing else: no
+    run-requests topic, so an answer can only reach an agent through the gateway."""
     topic = _agent_topics(settings, agent_pattern, principal)
     acls = _interrupts(settings, "Read", principal)
     for name in (settings.rejections_topic, settings.warnings_topic):
         acls += _shared_or_own(settings, topic, principal, name, "Read")
+    acls += topic(settings.requests_topic, "Write")
+    acls += [
+        Acl("topic", settings.inbox_page_reply_topic, "literal", operation, principal)
+        for operation in ("Read", "Create")
+    ]
     return _sorted(acls)
 
 

@@ -33,6 +33,7 @@ class AgentTopics:
     rejections: str  # the owner's, or with no {agent} in the setting the one for all
     warnings: str
     audit: str | None = None  # as rejections; None with audit_enabled off
+    interrupts: str | None = None  # the inbox's, one for all; None with interrupts_topic ""
 
 
 class TopicNames:
@@ -54,6 +55,7 @@ class TopicNames:
             rejections=s.topic(s.rejections_topic, agent),
             warnings=s.topic(s.warnings_topic, agent),
             audit=s.topic(s.audit_topic, agent) if s.audit_enabled else None,
+            interrupts=s.interrupts_topic or None,
         )
 
     def owner_of_topic(self, topic: str) -> str | None:
