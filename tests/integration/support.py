@@ -87,6 +87,7 @@ class Namespace:
     def audit(self) -> str:
         return f"{self.prefix}.audit"
 
+    @property
     def interrupts(self) -> str:
         return f"{self.prefix}.interrupts"
 
