@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from gateway.client import ForwardReply, GatewayClient, Identity, RejectReply, Signer
+from gateway.codec import changelog
 from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID, HEADER_REPLY_TO
 from gateway.kafka.wire.attestation import HEADER_IDENTITY, generate_key, parse_forwarded
 from tests.integration.inprocess import interrupted, running, settings_for
@@ -173,3 +174,40 @@ async def test_a_rule_by_tool_name_governs_that_tool_s_interrupts_only(
         "t-lookup-nobody",
         "t-transfer-alice",
     ]
+
+
+async def test_a_gateway_restarted_mid_run_keeps_the_run_s_tool_names(
+    kafka_bootstrap: str, create_topics, tmp_path: Path
+) -> None:
+    """The run's tool calls are in the changelog: a gateway that takes the thread over
+    between TOOL_CALL_START and RUN_FINISHED still names the interrupt's tool."""
+    ns = Namespace(kafka_bootstrap)
+    await ns.create_agent(AGENT, partitions=1)
+    [replies] = await create_topics([f"{ns.prefix}.replies"], partitions=1)
+    edge = key(tmp_path, "edge-1")
+    thread = "t-restored"
+    *opening, finished = tool_interrupted(thread, "transfer")
+    await produce(ns.bootstrap, ns.events(AGENT), opening)
+    settings = settings_for(
+        ns,
+        approvers=[{"agent": AGENT, "tool": "transfer", "answer_groups": ["payments-approvers"]}],
+        attest_trusted_keys={"edge-1": edge.public_key()},
+    )
+    async with running(settings):
+        states: list = []
+        for count in range(1, 4):  # one record per round that changed the thread
+            records = await collect(ns.bootstrap, ns.changelog(AGENT), count=count, timeout=30)
+            states = [changelog.decode(r.value) for r in records]
+            if states[-1].tool_calls:
+                break
+        assert states[-1].tool_calls == ((f"{thread}-call", "transfer"),)
+    await produce(ns.bootstrap, ns.events(AGENT), [finished])
+    client_settings = settings.model_copy(update={"group_id": "unused"})
+    async with running(settings):
+        async with GatewayClient(
+            reply_topic=replies, settings=client_settings, signer=edge
+        ) as signed:
+            refused = await signed.send(AGENT, answer(thread), 60, identity=BOB)
+            assert isinstance(refused, RejectReply), refused
+            assert refused.codes() == ["approver_not_allowed"]
+            assert "tool 'transfer'" in refused.reasons[0].detail
