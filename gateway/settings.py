@@ -98,8 +98,9 @@ class AgentGroup(BaseModel):
 class ApproverSetting(BaseModel):
     """One rule of the approver policy (`approvers`): who may answer, and who may abandon,
     the interrupts of an agent (or a group's agents, or any: "*") with a reason (or any:
-    "*"). The most specific rule that applies to an interrupt governs it; an interrupt no
-    rule names may be answered by anyone."""
+    "*") for a tool call of a tool (or any: "*"). The most specific rule that applies to
+    an interrupt governs it (the agent's own over its group's over "*", then a named tool,
+    then a named reason); an interrupt no rule names may be answered by anyone."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
@@ -107,6 +108,10 @@ class ApproverSetting(BaseModel):
     """The agent, or the group, whose interrupts this rule governs; "*": every agent."""
     reason: str = "*"
     """The interrupt `reason` it governs (e.g. "tool_call", "payment"); "*": every reason."""
+    tool: str = "*"
+    """The tool whose calls' interrupts it governs: the `toolCallName` of the run's
+    TOOL_CALL_START whose `toolCallId` the interrupt names; "*": any, and interrupts with
+    no known tool name (which a named tool never matches)."""
     answer_subjects: list[str] = []
     """Subjects (the verified identity's `sub`) that may answer (status `resolved`); "*":
     any verified identity."""
@@ -129,6 +134,7 @@ class ApproverSetting(BaseModel):
         return ApproverRule(
             agent=self.agent,
             reason=self.reason,
+            tool=self.tool,
             answer_subjects=tuple(self.answer_subjects),
             answer_groups=tuple(self.answer_groups),
             abandon_subjects=None

@@ -112,6 +112,7 @@ def _interrupt(i: InterruptRecord) -> list[Any]:
             i.subagent_run_id,
             i.expiry_announced,
             i.response_schema_unusable,
+            i.tool_name,
         ]
     )
 
@@ -169,6 +170,7 @@ def _encode(state: ThreadState, thread_id: str | None) -> bytes:
         list(state.open_subagents),
         [_trimmed([s.subagent_run_id, list(s.interrupt_ids)]) for s in state.suspended],
         state.failed_late,
+        [list(call) for call in state.tool_calls],
     ]
     return b"\x04" + ormsgpack.packb(_trimmed(fields))
 
@@ -218,7 +220,19 @@ def _texts(value: Any, what: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-_INTERRUPT_DEFAULTS: tuple[Any, ...] = (None, None, None, None, None, None, None, None, False, None)
+_INTERRUPT_DEFAULTS: tuple[Any, ...] = (
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    None,
+    False,
+    None,
+    None,
+)
 _FORWARD_DEFAULTS: tuple[Any, ...] = (None, None, None, [], False)
 
 
@@ -228,10 +242,10 @@ def _padded(fields: list[Any], defaults: tuple[Any, ...]) -> list[Any]:
 
 
 def _read_interrupt(value: Any) -> InterruptRecord:
-    fields = _list(value, "an interrupt", 10)
+    fields = _list(value, "an interrupt", len(_INTERRUPT_DEFAULTS))
     if len(fields) < 2:
         raise _bad("an interrupt lacks its id or reason")
-    i, reason, message, call, schema_bytes, expires, meta, sub, announced, unusable = _padded(
+    i, reason, message, call, schema_bytes, expires, meta, sub, announced, unusable, tool = _padded(
         fields, _INTERRUPT_DEFAULTS
     )
     if schema_bytes is not None and type(schema_bytes) is not bytes:
@@ -249,7 +263,15 @@ def _read_interrupt(value: Any) -> InterruptRecord:
         _opt_text(sub, "a subagentRunId"),
         _bool(announced, "expiry_announced"),
         _opt_text(unusable, "response_schema_unusable"),
+        _opt_text(tool, "a tool name"),
     )
+
+
+def _read_tool_call(value: Any) -> tuple[str, str]:
+    fields = _list(value, "a tool call", 2)
+    if len(fields) != 2:
+        raise _bad("a tool call lacks its toolCallId or name")
+    return _text(fields[0], "a toolCallId"), _text(fields[1], "a tool name")
 
 
 def _read_forward(value: Any) -> ForwardRecord:
@@ -289,6 +311,7 @@ _STATE_DEFAULTS: tuple[Any, ...] = (
     [],
     [],
     False,
+    [],
 )
 _MANY = 1 << 16  # far beyond what the core's bounds let a state hold
 
@@ -316,6 +339,7 @@ def _decode_v4(value: bytes, key: str | None = None) -> ThreadState:
         open_subagents,
         suspended,
         failed_late,
+        tool_calls,
     ) = _padded(fields, _STATE_DEFAULTS)
     if key is not None and thread_id is None:
         thread_id = key
@@ -337,6 +361,7 @@ def _decode_v4(value: bytes, key: str | None = None) -> ThreadState:
         _opt_text(interrupts_run_id, "interrupts_run_id"),
         _opt_int(interrupts_closed_at_ms, "interrupts_closed_at_ms"),
         tuple(_read_interrupt(i) for i in _list(held, "held interrupts", _MANY)),
+        tuple(_read_tool_call(c) for c in _list(tool_calls, "tool calls", _MANY)),
     )
 
 

@@ -90,6 +90,8 @@ class Opened:
     group: str | None = None
     cut: tuple[str, ...] = ()  # what was cut or left out to bound the record
     position: int = 0  # its place among its run's interrupts (the run's order)
+    # the tool call's name, when the run announced it (the approver policy's `tool`)
+    tool_name: str | None = None
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
@@ -108,6 +110,8 @@ class Opened:
             "group": self.group,
             "position": self.position,
         }
+        if self.tool_name is not None:  # a member an older reader ignores
+            body["toolName"] = self.tool_name
         if self.cut:
             body["cut"] = list(self.cut)
         return orjson.dumps(body)
@@ -134,6 +138,7 @@ class Opened:
                 group=_maybe_text(body.get("group")),
                 cut=tuple(str(c) for c in body.get("cut") or ()),
                 position=int(body.get("position") or 0),
+                tool_name=_maybe_text(body.get("toolName")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"interrupt record lacks a member: {exc}") from exc
@@ -280,4 +285,5 @@ def opened(
         group=group,
         cut=tuple(cut),
         position=position,
+        tool_name=record.tool_name,
     )

@@ -70,6 +70,7 @@ class Item:
                 opened.reason,
                 opened.message,
                 opened.tool_call_id,
+                opened.tool_name,
                 opened.run,
             )
             if part
@@ -89,6 +90,7 @@ class Item:
             "reason": self.reason,
             "message": body.get("message"),
             "toolCallId": body.get("toolCallId"),
+            "toolName": body.get("toolName"),
             "responseSchema": body.get("responseSchema"),
             "subagent": None if subagent is None else {"runId": subagent, "name": None},
             "openedAtMs": self.opened_at_ms,

@@ -185,6 +185,8 @@ def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
         MAX_INTERRUPTS_PER_RUN,
         MAX_OPEN_SUBAGENTS,
         MAX_SUSPENDED,
+        MAX_TOOL_CALLS_PER_RUN,
+        MAX_TOOL_NAME_BYTES,
         RunStatus,
     )
     from gateway.kafka.pairs.pair import MAX_KEY_BYTES, MAX_RECORD_BYTES
@@ -226,6 +228,9 @@ def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
             }
             for k in range(MAX_INTERRUPTS_PER_RUN)
         ]
+        for i in interrupts:  # each names a tool call the run announced: a tool name each
+            name = _long(f"tool-{i['toolCallId'][:4]}-", MAX_TOOL_NAME_BYTES)
+            apply({"type": "TOOL_CALL_START", "toolCallId": i["toolCallId"], "toolCallName": name})
         apply(
             {
                 "type": "RUN_FINISHED",
@@ -254,8 +259,18 @@ def test_the_largest_state_the_bounds_admit_fits_a_changelog_record():
                 "name": "x",
             }
         )
+    for n in range(MAX_TOOL_CALLS_PER_RUN + 5):
+        apply(
+            {
+                "type": "TOOL_CALL_START",
+                "toolCallId": _long(f"call-{n}-", MAX_ID_BYTES),
+                "toolCallName": _long(f"tool-{n}-", MAX_TOOL_NAME_BYTES),
+            }
+        )
     assert state is not None and state.status is RunStatus.ACTIVE
+    assert len(state.tool_calls) == MAX_TOOL_CALLS_PER_RUN
     assert len(state.held_interrupts) == MAX_INTERRUPTS_PER_RUN  # held by the continuation
+    assert all(i.tool_name is not None for i in state.held_interrupts)
     assert len(state.open_subagents) == MAX_OPEN_SUBAGENTS
     assert len(state.suspended) == MAX_SUSPENDED
     assert {len(s.interrupt_ids) for s in state.suspended} == {MAX_IDS_PER_SUSPENSION}
@@ -456,3 +471,51 @@ def test_held_bytes_cut_from_a_value_are_the_held_encoding(id_chars):
 )
 def test_held_bytes_are_not_cut_from_what_encode_does_not_write(value):
     assert changelog.held_from(value) is None
+
+
+# --- tool names: an interrupt's, and the active run's tool calls ----------------------------
+
+
+def test_tool_names_and_the_active_run_s_tool_calls_round_trip_as_trailing_fields():
+    closed = replace(
+        full_state(),
+        interrupts=(
+            InterruptRecord("a", "tool_call", tool_call_id="call-1", tool_name="transfer"),
+            InterruptRecord("b", "input_required"),
+        ),
+        held_interrupts=(InterruptRecord("h", "r", tool_call_id="c", tool_name="lookup"),),
+    )
+    assert changelog.decode(changelog.encode(closed)) == closed
+    body = ormsgpack.unpackb(changelog.encode(closed)[1:])
+    assert body[8][0] == ["a", "tool_call", None, "call-1", *[None] * 4, False, None, "transfer"]
+    assert body[8][1] == ["b", "input_required"]  # no tool name: written as before
+    active = ThreadState(
+        "t", RunStatus.ACTIVE, "r1", tool_calls=(("call-1", "transfer"), ("call-2", "ü"))
+    )
+    value = changelog.encode(active)
+    assert ormsgpack.unpackb(value[1:])[14] == [["call-1", "transfer"], ["call-2", "ü"]]
+    assert changelog.decode(value) == active
+    assert changelog.decode_held(changelog.encode_held(active), "t") == active
+
+
+def test_a_state_without_tool_names_is_written_as_an_older_gateway_wrote_it():
+    """So an older gateway still reads every state that holds no tool name and no tool
+    call (the values are the same bytes); and this one reads what an older one wrote."""
+    written_before = b"\x04" + ormsgpack.packb(
+        ["t", 3, "r1", "interrupt", 5, 5, "r1", 5, [["a", "tool_call", None, "call-1"]]]
+    )
+    state = changelog.decode(written_before)
+    assert state.interrupts[0].tool_call_id == "call-1"
+    assert state.interrupts[0].tool_name is None and state.tool_calls == ()
+    assert changelog.encode(state) == written_before
+    assert changelog.decode(v3_value(full_state())).tool_calls == ()
+
+
+@pytest.mark.parametrize(
+    "tool_calls",
+    [[["c"]], [["c", 1]], [[1, "n"]], ["c"], [["c", "n", "x"]], "c"],
+)
+def test_unreadable_tool_calls_raise_a_specific_error(tool_calls):
+    body = ["t", 1, "r", *[None] * 5, [], [], [], [], [], False, tool_calls]
+    with pytest.raises(changelog.ChangelogFormatError):
+        changelog.decode(b"\x04" + ormsgpack.packb(body))

@@ -199,3 +199,26 @@ def test_each_record_says_its_place_among_its_runs_interrupts():
         for r in opened
     }
     assert places == {"z": 0, "a": 1, "m": 2}
+
+
+def test_the_tool_s_name_is_carried_when_the_run_announced_the_call():
+    """TOOL_CALL_START goes through the pair's decode (not the deltas' fast path): the
+    thread's changelog gets the run's tool call, and the open record its `toolName`."""
+    pair, f = make_pair(), Feed()
+    run(pair, f, "events", started(), 10)
+    tool_start = {"type": "TOOL_CALL_START", "toolCallId": "call-1", "toolCallName": "transfer"}
+    pair.take("events", [f.rec("events", tool_start, 15)])
+    pair.set_fence(events_end=f.offsets["events"])
+    pair.process(events_position=f.offsets["events"], mono_now=0.0, wall_ms=15)
+    state = pair.state("t1")
+    assert state is not None and state.tool_calls == (("call-1", "transfer"),)
+    assert [r.topic for r in pair.round.records()] == [TOPICS.changelog]
+    commit(pair)
+    event = interrupted("r1", "a", "b")
+    event["outcome"]["interrupts"][0]["toolCallId"] = tool_start["toolCallId"]
+    opened = {records.split_key(r.key)[2]: r for r in run(pair, f, "events", event, 20)}
+    body = orjson.loads(opened["a"].value or b"")
+    assert body["toolName"] == "transfer" and body["toolCallId"] == "call-1"
+    assert records.Opened.from_json(opened["a"].value or b"").tool_name == "transfer"
+    assert "toolName" not in orjson.loads(opened["b"].value or b"")  # as before: no member
+    assert records.Opened.from_json(opened["b"].value or b"").tool_name is None

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from gateway.client import ForwardReply, GatewayClient, Identity, RejectReply, Signer
+from gateway.codec import changelog
 from gateway.codec.records import HEADER_AGENT, HEADER_CORRELATION_ID, HEADER_REPLY_TO
 from gateway.kafka.wire.attestation import HEADER_IDENTITY, generate_key, parse_forwarded
 from tests.integration.inprocess import interrupted, running, settings_for
@@ -108,3 +109,105 @@ async def test_only_a_verified_allowed_approver_is_forwarded(
     assert parse_forwarded(dict(forward.headers)[HEADER_IDENTITY]) == Identity(
         "alice", ("payments-approvers",), "https://idp.example", "edge-1"
     )
+
+
+def tool_interrupted(thread: str, tool: str) -> list[tuple[str, dict]]:
+    """A thread whose run calls `tool` (TOOL_CALL_START, a delta, TOOL_CALL_END) and ends
+    with one interrupt, `a`, about that call."""
+    run, call = f"{thread}-r1", f"{thread}-call"
+    return [
+        (thread, {"type": "RUN_STARTED", "threadId": thread, "runId": run}),
+        (thread, {"type": "TOOL_CALL_START", "toolCallId": call, "toolCallName": tool}),
+        (thread, {"type": "TOOL_CALL_ARGS", "toolCallId": call, "delta": '{"amount": 5}'}),
+        (thread, {"type": "TOOL_CALL_END", "toolCallId": call}),
+        (
+            thread,
+            {
+                "type": "RUN_FINISHED",
+                "threadId": thread,
+                "runId": run,
+                "outcome": {
+                    "type": "interrupt",
+                    "interrupts": [{"id": "a", "reason": "tool", "toolCallId": call}],
+                },
+            },
+        ),
+    ]
+
+
+async def test_a_rule_by_tool_name_governs_that_tool_s_interrupts_only(
+    kafka_bootstrap: str, create_topics, tmp_path: Path
+) -> None:
+    ns = Namespace(kafka_bootstrap)
+    await ns.create_agent(AGENT, partitions=2)
+    [replies] = await create_topics([f"{ns.prefix}.replies"], partitions=1)
+    edge = key(tmp_path, "edge-1")
+    tools = {"t-transfer-bob": "transfer", "t-transfer-alice": "transfer"}
+    tools |= {"t-lookup-bob": "lookup", "t-lookup-nobody": "lookup"}
+    for thread, tool in tools.items():
+        await produce(ns.bootstrap, ns.events(AGENT), tool_interrupted(thread, tool))
+    settings = settings_for(
+        ns,
+        approvers=[{"agent": AGENT, "tool": "transfer", "answer_groups": ["payments-approvers"]}],
+        attest_trusted_keys={"edge-1": edge.public_key()},
+    )
+    client_settings = settings.model_copy(update={"group_id": "unused"})
+    async with running(settings):
+        async with (
+            GatewayClient(reply_topic=replies, settings=client_settings, signer=edge) as signed,
+            GatewayClient(reply_topic=replies, settings=client_settings) as unsigned,
+        ):
+            refused = await signed.send(AGENT, answer("t-transfer-bob"), 60, identity=BOB)
+            assert isinstance(refused, RejectReply), refused
+            assert refused.codes() == ["approver_not_allowed"]
+            assert "tool 'transfer'" in refused.reasons[0].detail
+            allowed = await signed.send(AGENT, answer("t-transfer-alice"), 60, identity=ALICE)
+            assert isinstance(allowed, ForwardReply), allowed
+            # the same agent's other tool: no rule names it, anyone answers
+            by_bob = await signed.send(AGENT, answer("t-lookup-bob"), 60, identity=BOB)
+            assert isinstance(by_bob, ForwardReply), by_bob
+            by_nobody = await unsigned.send(AGENT, answer("t-lookup-nobody"), 60)
+            assert isinstance(by_nobody, ForwardReply), by_nobody
+    forwards = await collect(ns.bootstrap, ns.run_requests(AGENT), count=3, settle=2.0)
+    assert sorted(r.key.decode() for r in forwards) == [
+        "t-lookup-bob",
+        "t-lookup-nobody",
+        "t-transfer-alice",
+    ]
+
+
+async def test_a_gateway_restarted_mid_run_keeps_the_run_s_tool_names(
+    kafka_bootstrap: str, create_topics, tmp_path: Path
+) -> None:
+    """The run's tool calls are in the changelog: a gateway that takes the thread over
+    between TOOL_CALL_START and RUN_FINISHED still names the interrupt's tool."""
+    ns = Namespace(kafka_bootstrap)
+    await ns.create_agent(AGENT, partitions=1)
+    [replies] = await create_topics([f"{ns.prefix}.replies"], partitions=1)
+    edge = key(tmp_path, "edge-1")
+    thread = "t-restored"
+    *opening, finished = tool_interrupted(thread, "transfer")
+    await produce(ns.bootstrap, ns.events(AGENT), opening)
+    settings = settings_for(
+        ns,
+        approvers=[{"agent": AGENT, "tool": "transfer", "answer_groups": ["payments-approvers"]}],
+        attest_trusted_keys={"edge-1": edge.public_key()},
+    )
+    async with running(settings):
+        states: list = []
+        for count in range(1, 4):  # one record per round that changed the thread
+            records = await collect(ns.bootstrap, ns.changelog(AGENT), count=count, timeout=30)
+            states = [changelog.decode(r.value) for r in records]
+            if states[-1].tool_calls:
+                break
+        assert states[-1].tool_calls == ((f"{thread}-call", "transfer"),)
+    await produce(ns.bootstrap, ns.events(AGENT), [finished])
+    client_settings = settings.model_copy(update={"group_id": "unused"})
+    async with running(settings):
+        async with GatewayClient(
+            reply_topic=replies, settings=client_settings, signer=edge
+        ) as signed:
+            refused = await signed.send(AGENT, answer(thread), 60, identity=BOB)
+            assert isinstance(refused, RejectReply), refused
+            assert refused.codes() == ["approver_not_allowed"]
+            assert "tool 'transfer'" in refused.reasons[0].detail

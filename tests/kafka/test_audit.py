@@ -343,3 +343,29 @@ def test_a_forward_rejected_as_too_large_keeps_who_sent_it():
     body = audit.body(record(), rejected, "bot", None, "t1", 0, 0)
     assert body["identity"]["subject"] == "ada"
     assert [r["code"] for r in body["reasons"]] == ["input_too_large"]
+
+
+def test_an_interrupt_about_an_announced_tool_call_is_audited_with_its_tool_name():
+    pair, _ = audited_pair()
+    f = Feed()
+    finished = interrupted("r1", "a", "b")
+    finished["outcome"]["interrupts"][0]["toolCallId"] = "call-1"
+    tool_start = {"type": "TOOL_CALL_START", "toolCallId": "call-1", "toolCallName": "transfer"}
+    pair.take(
+        "events",
+        [
+            f.rec("events", started(), 1),
+            f.rec("events", tool_start, 2),
+            f.rec("events", finished, 3),
+        ],
+    )
+    pair.take("requests", [f.rec("requests", answer("r2", "a", "b"), 30)])
+    pair.set_fence(3)
+    pair.process(3, 0.0, wall_ms=1_800_000_000_123)
+    (body,) = bodies(pair)
+    check("audit", body)
+    assert [(i["interruptId"], i.get("toolName")) for i in body["interrupts"]] == [
+        ("a", "transfer"),
+        ("b", None),
+    ]
+    assert "toolName" not in body["interrupts"][1]  # absent, as before, when not known

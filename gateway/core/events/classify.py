@@ -2,7 +2,9 @@
 
 Most records on an event topic are streaming deltas that cannot change a
 thread's state. Only lifecycle (`RUN_*`) and subagent (`SUBAGENT_*`) events
-are ever turned into `ag-ui-protocol` models.
+are ever turned into `ag-ui-protocol` models; `TOOL_CALL_START` is stateful too
+(the active run remembers its tool calls' names, for the approver policy), but
+only its `toolCallId` and `toolCallName` are read, never a model built.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class EventKind(Enum):
     SUBAGENT_STARTED = "SUBAGENT_STARTED"
     SUBAGENT_FINISHED = "SUBAGENT_FINISHED"
     SUBAGENT_ERROR = "SUBAGENT_ERROR"
+    TOOL_CALL_START = "TOOL_CALL_START"  # names a tool call of the active run
     STREAM = "stream"  # any other known type: no effect on thread state
     UNKNOWN = "unknown"  # a type the protocol does not define
     UNTYPED = "untyped"  # no string `type` at all
@@ -33,6 +36,7 @@ _STATEFUL = {
         EventKind.SUBAGENT_STARTED,
         EventKind.SUBAGENT_FINISHED,
         EventKind.SUBAGENT_ERROR,
+        EventKind.TOOL_CALL_START,
     )
 }
 KNOWN_TYPES: frozenset[str] = frozenset(t.value for t in EventType)

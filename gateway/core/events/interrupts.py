@@ -1,9 +1,10 @@
 """Recording a run's interrupts: what RUN_FINISHED's interrupt outcome leaves in the state.
 
 Each interrupt is checked against the bounds (how many a run may raise, id
-lengths, the content a run may keep), duplicates are flagged, and each
+lengths, the content a run may keep), duplicates are flagged, each
 response schema's verdict is decided once, here: its canonical bytes, or why
-it is unusable. What comes back is exactly what the changelog holds; None
+it is unusable, and an interrupt whose `toolCallId` names a tool call the run
+announced (toolcalls.py) gets that call's name. What comes back is exactly what the changelog holds; None
 when a bound fails the run.
 """
 
@@ -53,6 +54,7 @@ def record(step: Step, interrupts: list[Any]) -> tuple[InterruptRecord, ...] | N
                 )
                 return None
     seen: dict[str, InterruptRecord] = {}
+    names = dict(step.state.tool_calls)  # at most MAX_TOOL_CALLS_PER_RUN
     budget = response_schema.MAX_SCHEMA_BYTES_PER_RUN
     for index, item in enumerate(interrupts):
         if item.id in seen:
@@ -79,6 +81,7 @@ def record(step: Step, interrupts: list[Any]) -> tuple[InterruptRecord, ...] | N
             metadata=item.metadata,
             subagent_run_id=item.subagent_run_id,
             response_schema_unusable=unusable,
+            tool_name=None if item.tool_call_id is None else names.get(item.tool_call_id),
         )
     return _fit_content(step, tuple(seen.values()))
 

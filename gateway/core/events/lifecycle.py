@@ -4,12 +4,13 @@ Transitions are data: `TRANSITIONS[status][kind]` names the step taken for an
 event of `kind` on a thread whose latest run stands at `status`. Steps are
 pure functions of the event's `Step` (step.py): a run's in runs.py (the
 interrupts it records in interrupts.py), a subagent invocation's in
-subagents.py, the stream's first event's here. Protocol violations never
+subagents.py, a tool call's name in toolcalls.py, the stream's first event's here. Protocol violations never
 raise: they come back as `protocol_violation` warnings naming the rule, and
 the state stays well defined.
 
     lifecycle -> runs -> interrupts -> step
               -> subagents ---------> step
+              -> toolcalls ---------> step
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.core.events import runs, subagents
+from gateway.core.events import runs, subagents, toolcalls
 from gateway.core.events.classify import EventKind, classify
 from gateway.core.events.step import MAX_UNKNOWN_WARNINGS, Change, Step
 from gateway.core.values.codes import Rule, Warn
@@ -129,6 +130,7 @@ _CLOSED: dict[EventKind, StepFn] = {
     EventKind.SUBAGENT_STARTED: runs.after_close,
     EventKind.SUBAGENT_FINISHED: runs.after_close,
     EventKind.SUBAGENT_ERROR: runs.after_close,
+    EventKind.TOOL_CALL_START: runs.after_close,
     EventKind.STREAM: runs.after_close,
 }
 TRANSITIONS: dict[RunStatus, dict[EventKind, StepFn]] = {
@@ -139,6 +141,7 @@ TRANSITIONS: dict[RunStatus, dict[EventKind, StepFn]] = {
         EventKind.SUBAGENT_STARTED: _first_event_start,
         EventKind.SUBAGENT_FINISHED: _first_event_start,
         EventKind.SUBAGENT_ERROR: _first_event_start,
+        EventKind.TOOL_CALL_START: _first_event_start,
         EventKind.STREAM: _first_event_start,
     },
     RunStatus.ACTIVE: {
@@ -148,6 +151,7 @@ TRANSITIONS: dict[RunStatus, dict[EventKind, StepFn]] = {
         EventKind.SUBAGENT_STARTED: subagents.started,
         EventKind.SUBAGENT_FINISHED: subagents.ended,
         EventKind.SUBAGENT_ERROR: subagents.ended,
+        EventKind.TOOL_CALL_START: toolcalls.started,
         EventKind.STREAM: _ignore,
     },
     RunStatus.SUCCEEDED: _CLOSED,

@@ -27,6 +27,8 @@ def start(step: Step) -> None:
     held = step.state.interrupts or step.state.held_interrupts
     model = parse(step, RunStartedEvent, step.event)
     run_id = step.event.get("runId")
+    # a run a stray first event opened keeps the tool calls seen since; a new run has none
+    calls = step.state.tool_calls if step.state.status is RunStatus.ACTIVE else ()
     if model is not None:
         check_thread(step, model)  # type: ignore[arg-type]
         run_id = model.run_id  # type: ignore[attr-defined]
@@ -41,6 +43,7 @@ def start(step: Step) -> None:
         failed_late=False,
         open_subagents=(),
         forwards=settled(step.state),
+        tool_calls=calls,
     )
 
 
@@ -140,6 +143,7 @@ def finish(step: Step) -> None:
         closed_at_ms=step.at_ms,
         failed_late=False,
         open_subagents=(),
+        tool_calls=(),  # the interrupts keep their names; the run's map goes with it
     )
 
 
@@ -158,6 +162,7 @@ def close_failed(step: Step) -> None:
         failed_late=False,
         open_subagents=(),
         forwards=_reopened(step.state, bool(reopened)),
+        tool_calls=(),
     )
 
 

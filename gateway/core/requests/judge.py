@@ -348,6 +348,7 @@ def _judge_open(
                 entry.status,
                 state.interrupts_closed_at_ms,
                 interrupt.subagent_run_id,
+                interrupt.tool_name,
             )
         )
         judged = expiry.judge(interrupt.expires_at, now_ms)
@@ -384,7 +385,7 @@ def _judge_approvers(
 ) -> None:
     """One reason per answered or abandoned interrupt whose rule does not allow the caller."""
     for answer in answers:
-        rule = rule_for(rules, caller.agent, caller.group, answer.reason)
+        rule = rule_for(rules, caller.agent, caller.group, answer.reason, answer.tool_name)
         if rule is None:
             continue
         allowed = rule.allows(caller.identity, answer.status)
@@ -392,7 +393,8 @@ def _judge_approvers(
             continue
         doing = "answer" if answer.status == "resolved" else "abandon"
         where = pointer("resume", first[answer.interrupt_id])
-        what = f"interrupt {preview(answer.interrupt_id)} ({preview(answer.reason)})"
+        what = f"interrupt {preview(answer.interrupt_id)} ({preview(answer.reason)}"
+        what += f", tool {preview(answer.tool_name)})" if answer.tool_name is not None else ")"
         if allowed is Allowed.UNVERIFIED:
             why = caller.unverified or "the request carries no identity"
             found.reject(

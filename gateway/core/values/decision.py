@@ -50,6 +50,7 @@ class Answer:
     status: str  # resolved | cancelled
     raised_at_ms: int | None  # when the interrupting run closed
     subagent_run_id: str | None = None
+    tool_name: str | None = None  # the tool call's name, when the run announced it
 
 
 @dataclass(frozen=True, slots=True)

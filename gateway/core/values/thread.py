@@ -45,6 +45,9 @@ class InterruptRecord:
     subagent_run_id: str | None = None
     expiry_announced: bool = False
     response_schema_unusable: str | None = None
+    # the name of the tool call `tool_call_id` names, when the run announced it with
+    # TOOL_CALL_START (and the run's map still held it): the approver policy's `tool`
+    tool_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,10 @@ MAX_INTERRUPT_CONTENT_BYTES = 600_000
 MAX_OPEN_SUBAGENTS = 32  # invocations open at once within a run
 MAX_SUSPENDED = 16  # suspended invocations remembered per thread
 MAX_IDS_PER_SUSPENSION = 32  # interrupt ids remembered per suspended invocation
+# The active run's tool calls remembered (toolCallId -> toolCallName), the most recent;
+# an older one's name is forgotten, and an interrupt naming it has no tool name.
+MAX_TOOL_CALLS_PER_RUN = 64
+MAX_TOOL_NAME_BYTES = 256  # a longer toolCallName is not remembered (UTF-8)
 _DIGEST_PREFIX_CHARS = 32
 
 
@@ -127,6 +134,9 @@ class ThreadState:
     interrupts_run_id: str | None = None  # the run that raised the open or held interrupts
     interrupts_closed_at_ms: int | None = None  # when that run closed
     held_interrupts: tuple[InterruptRecord, ...] = ()  # continued by the active run
+    # The active run's tool calls as (toolCallId, toolCallName), oldest first, at most
+    # MAX_TOOL_CALLS_PER_RUN; empty once the run closes (its interrupts keep the names).
+    tool_calls: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_closed(self) -> bool:
@@ -167,6 +177,7 @@ def to_dict(state: ThreadState) -> dict[str, Any]:
         "interrupts_run_id": state.interrupts_run_id,
         "interrupts_closed_at_ms": state.interrupts_closed_at_ms,
         "held_interrupts": [_interrupt_dict(i) for i in state.held_interrupts],
+        "tool_calls": [list(call) for call in state.tool_calls],
     }
 
 
@@ -182,6 +193,7 @@ def _interrupt_dict(i: InterruptRecord) -> dict[str, Any]:
         "subagent_run_id": i.subagent_run_id,
         "expiry_announced": i.expiry_announced,
         "response_schema_unusable": i.response_schema_unusable,
+        "tool_name": i.tool_name,
     }
 
 
@@ -197,6 +209,7 @@ def _interrupt_record(i: dict[str, Any]) -> InterruptRecord:
         subagent_run_id=i.get("subagent_run_id"),
         expiry_announced=bool(i.get("expiry_announced", False)),
         response_schema_unusable=i.get("response_schema_unusable"),
+        tool_name=i.get("tool_name"),
     )
 
 
@@ -242,4 +255,5 @@ def from_dict(data: dict[str, Any]) -> ThreadState:
         interrupts_run_id=interrupts_run_id,
         interrupts_closed_at_ms=interrupts_closed_at_ms,
         held_interrupts=tuple(_interrupt_record(i) for i in data.get("held_interrupts") or ()),
+        tool_calls=tuple((c[0], c[1]) for c in data.get("tool_calls") or ()),
     )

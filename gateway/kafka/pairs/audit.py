@@ -89,11 +89,13 @@ def payload_hash(entry: dict[str, Any]) -> dict[str, Any]:
 def interrupts(raw: Any, decision: Decision, state: ThreadState | None) -> dict[str, Any]:
     """The resume entries of the request as sent (the first MAX_INTERRUPTS): each
     interrupt's id, status, the reason it was raised for (when it is open on the
-    thread), whether it reached the agent, and its payload's hash."""
+    thread; with `toolName` when its tool call's name is known), whether it reached the
+    agent, and its payload's hash."""
     resume = raw.get("resume") if raw is not NOT_DECODED and isinstance(raw, dict) else None
     if not isinstance(resume, list):
         return {"interrupts": []}
     reasons = {i.id: i.reason for i in state.interrupts} if state is not None else {}
+    tools = {i.id: i.tool_name for i in state.interrupts if i.tool_name} if state else {}
     forwarded = (
         {a.interrupt_id for a in decision.answers} if decision.verdict is Verdict.FORWARD else set()
     )
@@ -112,11 +114,13 @@ def interrupts(raw: Any, decision: Decision, state: ThreadState | None) -> dict[
             continue
         interrupt_id = entry.get("interruptId")
         reason = reasons.get(interrupt_id) if isinstance(interrupt_id, str) else None
+        tool = tools.get(interrupt_id) if isinstance(interrupt_id, str) else None
         out.append(
             {
                 "interruptId": _text(interrupt_id, MAX_ID_CHARS),
                 "status": _text(entry.get("status"), MAX_WORD_CHARS),
                 "reason": _text(reason, MAX_ID_CHARS),
+                **({} if tool is None else {"toolName": tool}),
                 "forwarded": isinstance(interrupt_id, str) and interrupt_id in forwarded,
                 **payload_hash(entry),
             }
