@@ -6,11 +6,11 @@ import asyncio
 import logging
 import sys
 
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry
 
 from gateway.bridge.metrics import BridgeMetrics
 from gateway.bridge.service import Bridge
-from gateway.commands.lifecycle import run_until_stopped, serving
+from gateway.commands.lifecycle import process_registry, run_until_stopped, serving
 from gateway.http import HttpServer
 from gateway.kafka.wire import clients
 from gateway.observe import logs
@@ -23,10 +23,7 @@ async def serve(
     settings: Settings, stop: asyncio.Event | None = None, registry: CollectorRegistry | None = None
 ) -> None:
     stop = stop or asyncio.Event()
-    if registry is None:
-        registry = CollectorRegistry()
-        ProcessCollector(registry=registry)
-        PlatformCollector(registry=registry)
+    registry = process_registry(registry)
     await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
     bridge = Bridge(settings, BridgeMetrics(registry))
     http = HttpServer(settings.http_host, settings.bridge_http_port, registry, bridge.ready)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry
 
-from gateway.commands.lifecycle import run_until_stopped, serving
+from gateway.commands.lifecycle import process_registry, run_until_stopped, serving
 from gateway.http import HttpServer
 from gateway.inbox.service import InboxService
 from gateway.kafka.wire import clients
@@ -23,10 +23,7 @@ async def serve(
     settings: Settings, stop: asyncio.Event | None = None, registry: CollectorRegistry | None = None
 ) -> None:
     stop = stop or asyncio.Event()
-    if registry is None:
-        registry = CollectorRegistry()
-        ProcessCollector(registry=registry)
-        PlatformCollector(registry=registry)
+    registry = process_registry(registry)
     await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
     service = InboxService(settings, registry)
     http = HttpServer(

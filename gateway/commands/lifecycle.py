@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from aiokafka.errors import KafkaError
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from gateway.http import HttpServer
 from gateway.kafka.wire import clients
@@ -30,6 +31,16 @@ log = logging.getLogger("gateway.service")  # the name operators filter on, kept
 
 EXIT_SHUTDOWN_TIMEOUT = 3
 SHUTDOWN_GRACE_S = 3.0  # after the bound: for the cancelled work to unwind, then exit anyway
+
+
+def process_registry(registry: CollectorRegistry | None = None) -> CollectorRegistry:
+    """The registry a command's /metrics serves: the one given (tests pass their own), or a
+    new one holding the process's and the platform's collectors."""
+    if registry is None:
+        registry = CollectorRegistry()
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+    return registry
 
 
 @contextlib.asynccontextmanager

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
-
 from gateway.commands import collector
-from gateway.commands.lifecycle import run_until_stopped, serving
+from gateway.commands.lifecycle import process_registry, run_until_stopped, serving
 from gateway.http import HttpServer
 from gateway.inbox.service import InboxService
 from gateway.kafka.runner import Gateway
@@ -22,9 +20,7 @@ from gateway.settings import Settings
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     stop = stop or asyncio.Event()
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
+    registry = process_registry()
     await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
     gateway = Gateway(settings, Metrics(registry, settings.metrics_agent_detail))
     inbox = InboxService(settings, registry) if settings.inbox_enabled else None
