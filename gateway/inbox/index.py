@@ -71,6 +71,8 @@ class Index:
         self._all: list[Place] = []
         self._by_agent: dict[str, list[Place]] = {}
         self._by_group: dict[str, list[Place]] = {}
+        # by reason: a reason filter reads only its own, not every open interrupt
+        self._by_reason: dict[str, list[Place]] = {}
         # a thread's keys: one key (most threads), or a set of them
         self._by_thread: dict[tuple[str, str], str | set[str]] = {}
         self._reasons: dict[str, Counter[str]] = {}
@@ -106,6 +108,8 @@ class Index:
         bisect.insort(self._by_agent.setdefault(item.agent, []), place)
         if item.group is not None:
             bisect.insort(self._by_group.setdefault(item.group, []), place)
+        if item.reason is not None:
+            bisect.insort(self._by_reason.setdefault(item.reason, []), place)
         thread = (item.agent, item.thread)
         held = self._by_thread.get(thread)
         if held is None or held == item.key:
@@ -144,6 +148,8 @@ class Index:
         _discard_in(self._by_agent, item.agent, place)
         if item.group is not None:
             _discard_in(self._by_group, item.group, place)
+        if item.reason is not None:
+            _discard_in(self._by_reason, item.reason, place)
         thread = (item.agent, item.thread)
         keys = self._by_thread.get(thread)
         if keys == item.key:
@@ -164,7 +170,7 @@ class Index:
 
     def query(self, query: Query, now_ms: int) -> Page:
         """The items matching `query`, oldest first, a page after its cursor."""
-        lists = self._candidates(query)
+        lists, by_reason = self._candidates(query)
         cutoff = None if query.older_than_ms is None else now_ms - query.older_than_ms
         bounds = [
             len(lst) if cutoff is None else bisect.bisect_right(lst, (cutoff, _AFTER_EVERY_KEY))
@@ -175,7 +181,7 @@ class Index:
             0 if start is None else bisect.bisect_right(lst, (start.opened_at_ms, start.key))
             for lst in lists
         ]
-        matches = self._matcher(query)
+        matches = self._matcher(query, by_reason)
         if matches is None:  # no filter that needs each item read
             total = sum(bounds)
             after = _merged(lists, starts, bounds)
@@ -197,23 +203,22 @@ class Index:
         last = items[-1] if more else None
         return Page(items, None if last is None else Cursor(last.opened_at_ms, last.key), total)
 
-    def _candidates(self, query: Query) -> list[list[Place]]:
+    def _candidates(self, query: Query) -> tuple[list[list[Place]], bool]:
+        """The sorted lists to read, and whether they hold only the query's reason."""
         if query.agents:
-            lists = [self._by_agent.get(a, []) for a in dict.fromkeys(query.agents)]
-        else:
-            lists = [self._all]
+            return [self._by_agent.get(a, []) for a in dict.fromkeys(query.agents)], False
         if query.group is not None:
-            group = self._by_group.get(query.group, [])
-            if not query.agents:
-                return [group]
-        return lists
+            return [self._by_group.get(query.group, [])], False
+        if query.reason is not None:
+            return [self._by_reason.get(query.reason, [])], True
+        return [self._all], False
 
-    def _matcher(self, query: Query) -> Callable[[Item], bool] | None:
+    def _matcher(self, query: Query, by_reason: bool) -> Callable[[Item], bool] | None:
         tests: list[Callable[[Item], bool]] = []
         if query.group is not None and query.agents:
             group = query.group
             tests.append(lambda i: i.group == group)
-        if query.reason is not None:
+        if query.reason is not None and not by_reason:
             reason = query.reason
             tests.append(lambda i: i.reason == reason)
         if query.expiring_before_ms is not None:
