@@ -73,6 +73,8 @@ class Index:
         self._by_group: dict[str, list[Place]] = {}
         # by reason: a reason filter reads only its own, not every open interrupt
         self._by_reason: dict[str, list[Place]] = {}
+        # (expires at, key): an expiring-before filter counts its matches by bisection
+        self._by_expiry: list[Place] = []
         # a thread's keys: one key (most threads), or a set of them
         self._by_thread: dict[tuple[str, str], str | set[str]] = {}
         self._reasons: dict[str, Counter[str]] = {}
@@ -110,6 +112,8 @@ class Index:
             bisect.insort(self._by_group.setdefault(item.group, []), place)
         if item.reason is not None:
             bisect.insort(self._by_reason.setdefault(item.reason, []), place)
+        if item.expires_at_ms is not None:
+            bisect.insort(self._by_expiry, (item.expires_at_ms, item.key))
         thread = (item.agent, item.thread)
         held = self._by_thread.get(thread)
         if held is None or held == item.key:
@@ -150,6 +154,8 @@ class Index:
             _discard_in(self._by_group, item.group, place)
         if item.reason is not None:
             _discard_in(self._by_reason, item.reason, place)
+        if item.expires_at_ms is not None:
+            _discard(self._by_expiry, (item.expires_at_ms, item.key))
         thread = (item.agent, item.thread)
         keys = self._by_thread.get(thread)
         if keys == item.key:
@@ -187,6 +193,18 @@ class Index:
             after = _merged(lists, starts, bounds)
             places = list(itertools.islice(after, query.limit + 1))
             items = [self._items[key] for _, key in places]
+        elif self._expiry_only(query, lists, cutoff):
+            # every open interrupt is a candidate: the expiry list counts them, and the
+            # page is read in order until it is full
+            assert query.expiring_before_ms is not None
+            total = bisect.bisect_left(self._by_expiry, (query.expiring_before_ms, ""))
+            items = []
+            for _, key in _merged(lists, starts, bounds):
+                item = self._items[key]
+                if matches(item):
+                    items.append(item)
+                    if len(items) > query.limit:
+                        break
         else:
             total = 0
             items = []
@@ -202,6 +220,17 @@ class Index:
         items = items[: query.limit]
         last = items[-1] if more else None
         return Page(items, None if last is None else Cursor(last.opened_at_ms, last.key), total)
+
+    def _expiry_only(self, query: Query, lists: list[list[Place]], cutoff: int | None) -> bool:
+        """Whether expiring-before is the query's only filter (over every open interrupt)."""
+        return (
+            query.expiring_before_ms is not None
+            and cutoff is None
+            and query.text is None
+            and len(lists) == 1
+            and lists[0] is self._all
+            and query.reason is None
+        )
 
     def _candidates(self, query: Query) -> tuple[list[list[Place]], bool]:
         """The sorted lists to read, and whether they hold only the query's reason."""

@@ -185,3 +185,51 @@ def test_what_an_item_is_counted_as_holding_is_at_least_what_it_holds() -> None:
         tracemalloc.stop()
     values = sum(len(value) for _, value in made)  # allocated before: counted, not traced
     assert held + values <= index.bytes, (held + values) / len(made)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"reason": ["x"]}, {"expiringBefore": ["50000"]}, {"expiringBefore": ["50000"], "q": ["t1"]}],
+)
+def test_the_filters_read_from_their_own_lists_answer_as_reading_every_item(params) -> None:
+    """A reason filter reads its own list, an expiring-before filter counts by bisection:
+    through opens and closes (and replaced items), each page and total is what testing
+    every open interrupt gives."""
+    rng = random.Random(11)
+    index = Index(100_000)
+    live: dict[str, Item] = {}
+    for n in range(3_000):
+        expires = rng.choice([None, rng.randrange(0, 100_000)])
+        new = item(
+            f"a{n % 4}",
+            f"t{n % 1_500}",  # half the threads are opened again: items replaced
+            "i",
+            rng.randrange(0, 100_000),
+            reason=rng.choice(["x", "y", None]),
+            expires_at_ms=expires,
+        )
+        index.put(new)
+        live[new.key] = new
+        if n % 7 == 0:
+            gone = rng.choice(sorted(live))
+            index.remove(gone)
+            del live[gone]
+    query = parse({**params, "limit": ["50"]})
+
+    def wanted(i: Item) -> bool:
+        if query.reason is not None and i.reason != query.reason:
+            return False
+        if query.expiring_before_ms is not None and (
+            i.expires_at_ms is None or i.expires_at_ms >= query.expiring_before_ms
+        ):
+            return False
+        return query.text is None or query.text in i.text
+
+    expected = sorted(
+        (i for i in live.values() if wanted(i)), key=lambda i: (i.opened_at_ms, i.key)
+    )
+    page = index.query(query, 0)
+    assert page.total == len(expected) > 50
+    assert [i.key for i in page.items] == [i.key for i in expected[:50]]
+    later = index.query(parse({**params, "limit": ["50"], "cursor": [page.next.encode()]}), 0)
+    assert [i.key for i in later.items] == [i.key for i in expected[50:100]]
