@@ -8,7 +8,8 @@ each with a reason, a message of 20-200 characters, a small responseSchema, a th
 with an expiresAt; then answers Q requests through the inbox's HTTP routes (the
 Starlette app the gateway serves, over an in-process ASGI transport, with the bearer
 token): a mix of the first page, an agent, a group, a reason, olderThan,
-expiringBefore, a text search, a page deep in the list, the summary and a thread.
+expiringBefore, a text search (and one right after an interrupt opened, which builds
+the search's haystack again), a page deep in the list, the summary and a thread.
 Prints one JSON object: resident bytes per open interrupt (RSS delta over the build,
 after a warm-up), and each kind's and all requests' p50/p99 in milliseconds.
 """
@@ -93,6 +94,12 @@ async def measure(view: InboxView, queries: int, seed: int, now_ms: int) -> dict
     cursor = deep["next"] or ""
     some = view.interrupts({"limit": ["1"]})["items"]
     thread = f"/threads/{some[0]['agent']}/{some[0]['thread']}" if some else "/threads/a/b"
+    opened = iter(range(10**9, 2 * 10**9))
+
+    def changed() -> None:
+        """An interrupt opens (as under traffic): the next text search builds its haystack."""
+        view.apply(*record(rng, next(opened), now_ms), {})
+
     kinds: dict[str, Any] = {
         "first_page": lambda: ("/interrupts", {}),
         "agent": lambda: ("/interrupts", {"agent": f"agent-{rng.randrange(AGENTS):04d}"}),
@@ -104,6 +111,8 @@ async def measure(view: InboxView, queries: int, seed: int, now_ms: int) -> dict
             {"expiringBefore": str(now_ms + rng.randrange(3_600_000))},
         ),
         "text": lambda: ("/interrupts", {"q": f"thread-{rng.randrange(10**4):04d}"}),
+        "text_after_change": lambda: changed()
+        or ("/interrupts", {"q": f"thread-{rng.randrange(10**4):04d}"}),
         "deep_page": lambda: ("/interrupts", {"cursor": cursor} if cursor else {}),
         "summary": lambda: ("/interrupts/summary", {}),
         "thread": lambda: (thread, {}),

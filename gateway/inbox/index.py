@@ -23,10 +23,11 @@ import heapq
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.inbox.items import Item
 from gateway.inbox.query import Cursor, Query
+from gateway.inbox.search import Haystack
 
 HOUR_MS = 3_600_000
 MAX_CLOSES = 100_000  # answered interrupts remembered for the latency percentiles
@@ -79,6 +80,9 @@ class Index:
         self._by_thread: dict[tuple[str, str], str | set[str]] = {}
         self._reasons: dict[str, Counter[str]] = {}
         self._closes: deque[Closure] = deque(maxlen=MAX_CLOSES)
+        # every search text in one string, for a text search over every open interrupt;
+        # None: changed since it was built (built again by the next such search)
+        self._haystack: Haystack | None = None
         self._warnings: deque[tuple[int, str, str]] = deque(maxlen=MAX_WARNINGS)
 
     def __len__(self) -> int:
@@ -103,6 +107,7 @@ class Index:
             return False
         if old is not None:
             self._unlink(old)
+        self._haystack = None
         self._items[item.key] = item
         self.bytes += cost(item)
         place = (item.opened_at_ms, item.key)
@@ -146,6 +151,7 @@ class Index:
         self._warnings.clear()
 
     def _unlink(self, item: Item) -> None:
+        self._haystack = None
         self.bytes -= cost(item)
         place = (item.opened_at_ms, item.key)
         _discard(self._all, place)
@@ -187,8 +193,9 @@ class Index:
             0 if start is None else bisect.bisect_right(lst, (start.opened_at_ms, start.key))
             for lst in lists
         ]
-        matches = self._matcher(query, by_reason)
-        if matches is None:  # no filter that needs each item read
+        if query.text is not None and lists[0] is self._all:
+            items, total = self._searched(query, starts[0], bounds[0])
+        elif (matches := self._matcher(query, by_reason)) is None:  # no test of each item
             total = sum(bounds)
             after = _merged(lists, starts, bounds)
             places = list(itertools.islice(after, query.limit + 1))
@@ -220,6 +227,32 @@ class Index:
         items = items[: query.limit]
         last = items[-1] if more else None
         return Page(items, None if last is None else Cursor(last.opened_at_ms, last.key), total)
+
+    def _searched(self, query: Query, start: int, bound: int) -> tuple[list[Item], int]:
+        """A text search over every open interrupt: the matches from `start` (up to one
+        more than a page) and the count of all of them before `bound`."""
+        assert query.text is not None
+        if self._haystack is None:
+            keys = [key for _, key in self._all]
+            self._haystack = Haystack(keys, [self._items[key].text for key in keys])
+        haystack, text = self._haystack, query.text
+        rest = self._matcher(replace(query, text=None), False)
+        if rest is None:  # one pass: the page's matches, then a count of the others
+            places = list(itertools.islice(haystack.matching(text, start, bound), query.limit + 1))
+            after = places[-1] + 1 if len(places) > query.limit else bound
+            total = (
+                haystack.count(text, 0, start) + len(places) + haystack.count(text, after, bound)
+            )
+            return [self._items[haystack.keys[p]] for p in places], total
+        items: list[Item] = []
+        total = 0
+        for place in haystack.matching(text, 0, bound):
+            item = self._items[haystack.keys[place]]
+            if rest(item):
+                total += 1
+                if place >= start and len(items) <= query.limit:
+                    items.append(item)
+        return items, total
 
     def _expiry_only(self, query: Query, lists: list[list[Place]], cutoff: int | None) -> bool:
         """Whether expiring-before is the query's only filter (over every open interrupt)."""

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.codec import interrupts as records
+from gateway.inbox.search import searchable
 
 
 def key_of(agent: str, thread: str, interrupt: str) -> str:
@@ -60,21 +61,23 @@ class Item:
         self.opened_at_ms = opened.opened_at_ms
         self.expires_at_ms = opened.expires_at_ms
         self.position = opened.position
-        # what a text search looks in, lower-cased once
-        self.text = " ".join(
-            part
-            for part in (
-                opened.agent,
-                opened.thread,
-                opened.interrupt,
-                opened.reason,
-                opened.message,
-                opened.tool_call_id,
-                opened.tool_name,
-                opened.run,
+        # what a text search looks in, made searchable once
+        self.text = searchable(
+            " ".join(
+                part
+                for part in (
+                    opened.agent,
+                    opened.thread,
+                    opened.interrupt,
+                    opened.reason,
+                    opened.message,
+                    opened.tool_call_id,
+                    opened.tool_name,
+                    opened.run,
+                )
+                if part
             )
-            if part
-        ).lower()
+        )
         self.value = value
 
     def to_json(self, now_ms: int) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 
 import orjson
 
+from gateway.inbox.search import searchable
+
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 MAX_TEXT = 256  # characters of a filter value
@@ -81,7 +83,7 @@ def parse(params: Mapping[str, list[str]]) -> Query:
         reason=_maybe(params, "reason"),
         older_than_ms=None if older is None else _seconds_ms("olderThan", older),
         expiring_before_ms=None if expiring is None else _time_ms("expiringBefore", expiring),
-        text=text.lower() if text else None,
+        text=searchable(text) if text else None,
         limit=DEFAULT_LIMIT if limit is None else _limit(limit),
         cursor=None if not cursor else Cursor.decode(cursor),
     )

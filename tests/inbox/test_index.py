@@ -91,7 +91,7 @@ def test_pages_follow_each_other_with_a_cursor(index: Index) -> None:
     assert second.total == 4  # the total counts every match, not what follows the cursor
 
 
-@pytest.mark.parametrize("filtered", [False, True])
+@pytest.mark.parametrize("filtered", [None, "reason", "q"])
 def test_paging_under_churn_lists_each_item_present_throughout_once_in_order(filtered) -> None:
     rng = random.Random(7)
     index = Index(100_000)
@@ -107,7 +107,8 @@ def test_paging_under_churn_lists_each_item_present_throughout_once_in_order(fil
         add(n)
     steady = set(live)  # present from start to end unless removed below
     seen: list[Item] = []
-    params = {"limit": ["37"], **({"reason": ["x"]} if filtered else {})}
+    params = {"limit": ["37"], **({"reason": ["x"]} if filtered == "reason" else {})}
+    params |= {"q": ["t1"]} if filtered == "q" else {}
     cursor = None
     n = 2_000
     while True:
@@ -128,7 +129,14 @@ def test_paging_under_churn_lists_each_item_present_throughout_once_in_order(fil
     assert len(seen_keys) == len(set(seen_keys)), "an item was listed twice"
     order = [(i.opened_at_ms, i.key) for i in seen]
     assert order == sorted(order)
-    wanted = {k for k in steady if not filtered or live[k].reason == "x"}
+    wanted = {
+        k
+        for k in steady
+        if filtered is None
+        or (filtered == "reason" and live[k].reason == "x")
+        or (filtered == "q" and "t1" in live[k].text)
+    }
+    assert len(wanted) > 100
     assert wanted <= set(seen_keys), "an item present throughout was skipped"
 
 
@@ -189,12 +197,19 @@ def test_what_an_item_is_counted_as_holding_is_at_least_what_it_holds() -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [{"reason": ["x"]}, {"expiringBefore": ["50000"]}, {"expiringBefore": ["50000"], "q": ["t1"]}],
+    [
+        {"reason": ["x"]},
+        {"expiringBefore": ["50000"]},
+        {"expiringBefore": ["50000"], "q": ["t1"]},
+        {"q": ["t1"]},
+        {"q": ["1 i"]},  # across the thread and the interrupt id
+        {"q": ["t1"], "reason": ["y"]},
+    ],
 )
 def test_the_filters_read_from_their_own_lists_answer_as_reading_every_item(params) -> None:
-    """A reason filter reads its own list, an expiring-before filter counts by bisection:
-    through opens and closes (and replaced items), each page and total is what testing
-    every open interrupt gives."""
+    """A reason filter reads its own list, an expiring-before filter counts by bisection,
+    a text search finds its matches in the joined search texts: through opens and closes
+    (and replaced items), each page and total is what testing every open interrupt gives."""
     rng = random.Random(11)
     index = Index(100_000)
     live: dict[str, Item] = {}
@@ -233,3 +248,14 @@ def test_the_filters_read_from_their_own_lists_answer_as_reading_every_item(para
     assert [i.key for i in page.items] == [i.key for i in expected[:50]]
     later = index.query(parse({**params, "limit": ["50"], "cursor": [page.next.encode()]}), 0)
     assert [i.key for i in later.items] == [i.key for i in expected[50:100]]
+
+
+def test_a_text_search_sees_what_opened_or_closed_since_the_last_one(index: Index) -> None:
+    assert index.query(parse({"q": ["later"]}), 10_000).total == 0
+    index.put(item("bot", "t9", "z", 9_000, message="found later"))
+    assert keys(index, parse({"q": ["later"]})) == [("bot", "t9", "z")]
+    index.put(item("bot", "t9", "z", 9_000, message="replaced"))
+    assert keys(index, parse({"q": ["later"]})) == []
+    index.put(item("bot", "t8", "y", 8_000, message="later again"))
+    index.remove(index.query(parse({"q": ["t8"]}), 10_000).items[0].key)
+    assert keys(index, parse({"q": ["later"]})) == []
