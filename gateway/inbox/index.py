@@ -10,7 +10,8 @@ after it starts right after that place, whatever opened or closed meanwhile, so 
 item present throughout is listed exactly once across pages.
 
 Bounded: at most `max_open` items and `max_bytes` of them (an item's size is its
-record and search text plus `ITEM_OVERHEAD`, measured: see the inbox guide); past
+record, its search text twice (its own, and its part of the joined texts a text search
+keeps) and `ITEM_OVERHEAD`, measured: see the inbox guide); past
 either a newly opened one is not held and is counted in `dropped` (one already held is
 still replaced). The closes and warnings kept for the summary are bounded windows
 (`MAX_CLOSES`, `MAX_WARNINGS`, the last hour).
@@ -34,7 +35,7 @@ MAX_CLOSES = 100_000  # answered interrupts remembered for the latency percentil
 MAX_WARNINGS = 100_000  # unrecognised entries and uncovered interrupts remembered
 _AFTER_EVERY_KEY = "\U0010ffff"  # sorts after any key (keys are base64url)
 ANSWERED = ("resolved", "cancelled")  # closes that count towards response latency
-# What an item costs beyond its record's value and its search text: the Item, its key
+# What an item costs beyond its record's value and its search texts: the Item, its key
 # and parsed strings, its places in the sorted lists and its entries in the dicts
 # (tracemalloc over 2,000 typical items: about 850-900 bytes; tests/inbox holds it under).
 ITEM_OVERHEAD = 1_000
@@ -59,7 +60,7 @@ class Page:
 
 def cost(item: Item) -> int:
     """The bytes an item is counted as holding."""
-    return len(item.value) + len(item.text) + ITEM_OVERHEAD
+    return len(item.value) + 2 * len(item.text) + ITEM_OVERHEAD
 
 
 class Index:
