@@ -111,8 +111,9 @@ async def measure(view: InboxView, queries: int, seed: int, now_ms: int) -> dict
             {"expiringBefore": str(now_ms + rng.randrange(3_600_000))},
         ),
         "text": lambda: ("/interrupts", {"q": f"thread-{rng.randrange(10**4):04d}"}),
-        "text_after_change": lambda: changed()
-        or ("/interrupts", {"q": f"thread-{rng.randrange(10**4):04d}"}),
+        "text_after_change": lambda: (
+            changed() or ("/interrupts", {"q": f"thread-{rng.randrange(10**4):04d}"})
+        ),
         "deep_page": lambda: ("/interrupts", {"cursor": cursor} if cursor else {}),
         "summary": lambda: ("/interrupts/summary", {}),
         "thread": lambda: (thread, {}),

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
+
+if TYPE_CHECKING:
+    from gateway.core import Caller
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +45,30 @@ def _parser() -> argparse.ArgumentParser:
         "--strict",
         action="store_true",
         help="unrecognised entries and unknown threads reject instead of warn",
+    )
+    check.add_argument(
+        "--policy",
+        action="store_true",
+        help="judge with the approver policy of the settings (AGUI_GATEWAY_* variables and "
+        "the config file, as `run` reads them); without it, anyone may answer",
+    )
+    check.add_argument(
+        "--agent", metavar="NAME", help="the agent the input is for (picks the policy's rule)"
+    )
+    check.add_argument(
+        "--group", metavar="NAME", help="the group whose topics carry it (picks the policy's rule)"
+    )
+    check.add_argument(
+        "--as",
+        dest="subject",
+        metavar="SUBJECT",
+        help="judge as if this verified identity sent the input (default: unattested)",
+    )
+    check.add_argument(
+        "--as-groups",
+        metavar="G1,G2",
+        default="",
+        help="the groups or roles of the --as identity, comma-separated",
     )
 
     commands.add_parser(
@@ -295,12 +322,21 @@ def _fatal(command: str, lines: list[str]) -> None:
         print(f"agui-gateway: {line}", file=sys.stderr)
 
 
+def check_caller(args: argparse.Namespace) -> Caller:
+    """Who `check` judges the input as sent by: `--as` taken as verified (offline)."""
+    from gateway.core import Caller, Identity
+
+    groups = tuple(g.strip() for g in args.as_groups.split(",") if g.strip())
+    identity = None if args.subject is None else Identity(args.subject, groups, "check")
+    return Caller(identity, agent=args.agent, group=args.group)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "check":
+    if args.command == "check" and not args.policy:
         from gateway.commands import check
 
-        return check.main(args.events, args.input, args.now, args.strict)
+        return check.main(args.events, args.input, args.now, args.strict, check_caller(args))
     if args.command == "keys":
         from gateway.commands import keys
 
@@ -320,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         _fatal(args.command, [f"invalid settings: {exc}"])
         return 2
+    if args.command == "check":
+        from gateway.commands import check
+
+        rules = tuple(rule.rule() for rule in settings.approvers)
+        strict = args.strict or settings.strict
+        return check.main(args.events, args.input, args.now, strict, check_caller(args), rules)
     if args.command == "run":
         from gateway.commands import run
 

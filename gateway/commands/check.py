@@ -18,8 +18,9 @@ import orjson
 
 from gateway.codec import jsonio
 from gateway.codec.records import forward_bytes
-from gateway.core import Policy, ThreadState, Verdict, apply_event, judge
+from gateway.core import Caller, Policy, ThreadState, Verdict, apply_event, judge
 from gateway.core.reading.expiry import iso_micros
+from gateway.core.values.approvers import ApproverRule
 from gateway.core.values.findings import Finding
 
 
@@ -85,11 +86,13 @@ def run_check(
     now_ms: int,
     policy: Policy,
     body: bytes | None = None,
+    caller: Caller | None = None,
 ) -> CheckResult:
     """Judge `raw_input` after `events`. `body` is the bytes `raw_input` was read from
     (None: `raw_input` written as JSON); a forward's `input` is those bytes as the
     service forwards them, and a forward over the service's record limit is rejected
-    `input_too_large` as the service rejects it."""
+    `input_too_large` as the service rejects it. `caller`: who sent it, for the policy's
+    approver rules (None: unattested)."""
     thread_id = _thread_of(events, raw_input)
     state: ThreadState | None = None
     event_warnings: list[Finding] = []
@@ -107,7 +110,9 @@ def run_check(
                     warning.rule,
                 )
             )
-    decision, _ = judge(state, raw_input, now_ms, policy, thread_id=thread_id or None)
+    decision, _ = judge(
+        state, raw_input, now_ms, policy, thread_id=thread_id or None, caller=caller
+    )
     # as the service: the bytes received less what was stripped, and a forward over the
     # record limit rejected `input_too_large`
     received = body if body is not None else jsonio.dumps(raw_input)
@@ -121,7 +126,14 @@ def run_check(
     return CheckResult(decision.verdict, document)
 
 
-def main(events_path: str, input_path: str, now: str | None, strict: bool) -> int:
+def main(
+    events_path: str,
+    input_path: str,
+    now: str | None,
+    strict: bool,
+    caller: Caller | None = None,
+    approvers: tuple[ApproverRule, ...] = (),
+) -> int:
     # The contract holds for every input: one JSON object on stdout, or exit 2 with
     # one line on stderr. A failure while reading or judging that is not the files' fault
     # is a defect of the gateway; it is reported so rather than as a traceback, and an
@@ -134,7 +146,8 @@ def main(events_path: str, input_path: str, now: str | None, strict: bool) -> in
         now_ms = parse_now(now)
         events = read_events(Path(events_path))
         body, raw_input = read_input(Path(input_path))
-        result = run_check(events, raw_input, now_ms, Policy(strict=strict), body)
+        policy = Policy(strict=strict, approvers=approvers)
+        result = run_check(events, raw_input, now_ms, policy, body, caller)
         try:
             out = orjson.dumps(result.document, option=orjson.OPT_INDENT_2)
         except orjson.JSONEncodeError:  # big integers or deep nesting: compact, but exact

@@ -536,3 +536,75 @@ def test_an_input_whose_stripping_would_remove_a_required_member_is_rejected(fil
         ("malformed_input", "/messages/0/content/0/source")
     ]
     assert out["warnings"] == []
+
+
+def run_with(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [*COMMAND, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def test_with_policy_it_judges_who_answers_as_the_settings_rules_say(tmp_path: Path) -> None:
+    """`--policy` reads the approver rules from the settings, `--as` names the sender
+    (taken as verified, offline) and `--agent` picks the rule, as the service does."""
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        '[[approvers]]\nagent = "billing"\nreason = "payment"\nanswer_groups = ["payments"]\n'
+    )
+    events = write_events(
+        tmp_path / "e.jsonl", interrupted_run({"id": "int-1", "reason": "payment"})
+    )
+    answer = tmp_path / "in.json"
+    answer.write_text(json.dumps(resume_input({"interruptId": "int-1", "status": "resolved"})))
+    env = {"AGUI_GATEWAY_CONFIG_FILE": str(config)}
+    common = ["check", "--events", str(events), "--input", str(answer), "--now", NOW]
+
+    def codes(result: subprocess.CompletedProcess[str]) -> list[str]:
+        return [r["code"] for r in json.loads(result.stdout)["reasons"]]
+
+    allowed = run_with(
+        env,
+        *common,
+        "--policy",
+        "--agent",
+        "billing",
+        "--as",
+        "alice",
+        "--as-groups",
+        "payments,ops",
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    refused = run_with(env, *common, "--policy", "--agent", "billing", "--as", "bob")
+    assert refused.returncode == 1 and codes(refused) == ["approver_not_allowed"]
+    unattested = run_with(env, *common, "--policy", "--agent", "billing")
+    assert unattested.returncode == 1 and codes(unattested) == ["approver_unverified"]
+    other_agent = run_with(env, *common, "--policy", "--agent", "support", "--as", "bob")
+    assert other_agent.returncode == 0, other_agent.stdout
+    without_policy = run_with(env, *common, "--agent", "billing", "--as", "bob")
+    assert without_policy.returncode == 0  # no --policy: anyone, as before
+
+
+def test_with_policy_settings_it_cannot_read_exit_2_saying_so(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text('[[approvers]]\nagent = "billing"\nnot_a_field = 1\n')
+    events = write_events(tmp_path / "e.jsonl", [])
+    answer = tmp_path / "in.json"
+    answer.write_text(json.dumps(resume_input()))
+    result = run_with(
+        {"AGUI_GATEWAY_CONFIG_FILE": str(config)},
+        "check",
+        "--events",
+        str(events),
+        "--input",
+        str(answer),
+        "--policy",
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert "approvers" in result.stderr and "not_a_field" in result.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core import Caller, Identity, Policy, Reason, ThreadState, Verdict, judge
+from gateway.core import Caller, Identity, Policy, Reason, ThreadState, Verdict, Warn, judge
 from gateway.core.values.approvers import Allowed, ApproverRule, rule_for
 from tests.core.factories import (
     NOW_MS,
@@ -70,6 +70,23 @@ def test_an_unattested_answer_is_unverified_and_says_why():
     forged = judged(policy, Caller(unverified="its signature does not verify", agent="billing"))
     assert codes(forged.reasons) == [Reason.APPROVER_UNVERIFIED]
     assert "its signature does not verify" in forged.reasons[0].detail
+
+
+def test_identity_headers_not_believed_are_a_warning_whatever_the_verdict():
+    """A forged or tampered identity is judged as unattested, and the sender is told so
+    (`identity_unverified`) even where no rule wants a verified identity."""
+    forged = Caller(unverified="signed with key 'k9', not trusted", agent="billing")
+    for policy, verdict in (
+        (Policy(), Verdict.FORWARD),
+        (Policy(approvers=(PAYMENTS,)), Verdict.REJECT),
+    ):
+        decision = judged(policy, forged)
+        assert decision.verdict is verdict
+        assert codes(decision.warnings) == [Warn.IDENTITY_UNVERIFIED]
+        assert "'k9', not trusted" in decision.warnings[0].detail
+        assert decision.identity is None
+    for caller in (Caller(agent="billing"), Caller(ALICE, agent="billing")):
+        assert codes(judged(Policy(), caller).warnings) == []
 
 
 def test_one_reason_per_offending_interrupt_with_the_other_problems():

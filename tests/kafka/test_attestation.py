@@ -199,8 +199,20 @@ def judged(pair: PartitionPair, headers) -> tuple[str, list]:
     pair.take("requests", [f.rec("requests", orjson.dumps(answer()), 30, headers=headers)])
     pair.set_fence(events_end=2)
     pair.process(events_position=2, mono_now=0.0, wall_ms=0)
-    [out] = pair.round.out
+    [out] = [o for o in pair.round.out if o.topic != "agui.warnings"]
     return out.topic, out.headers
+
+
+def rejected(pair: PartitionPair) -> dict:
+    """The round's rejection record."""
+    [out] = [o for o in pair.round.out if o.topic == "agui.rejections"]
+    return orjson.loads(out.value)
+
+
+def warned(pair: PartitionPair) -> list[str]:
+    """The codes of the round's warnings topic records."""
+    out = [o for o in pair.round.out if o.topic == "agui.warnings"]
+    return [orjson.loads(o.value)["code"] for o in out]
 
 
 RULE = ApproverRule(agent="bot", answer_groups=("approvers",))
@@ -219,6 +231,16 @@ def test_the_pair_forwards_a_verified_approver_with_the_identity_for_the_agent(e
     # the request's signature headers are not copied onto the forward
     assert HEADER_IDENTITY_SIGNATURE not in dict(headers)
     assert identities(pair, "verified") == 1
+    assert warned(pair) == []
+
+
+def test_the_pair_forwards_a_forged_identity_no_rule_governs_with_a_warning(edge, tmp_path):
+    pair = make_pair(Verifier({edge.key_id: edge.public_key()}), ())
+    forger = signer(edge.key_id, tmp_path / "..")
+    topic, headers = judged(pair, request_headers(forger))
+    assert topic == "agui.bot.run-requests"
+    assert HEADER_IDENTITY not in dict(headers)  # judged, and forwarded, as unattested
+    assert warned(pair) == ["identity_unverified"]
 
 
 def test_the_pair_rejects_a_forged_identity_as_unverified(edge, tmp_path):
@@ -226,9 +248,10 @@ def test_the_pair_rejects_a_forged_identity_as_unverified(edge, tmp_path):
     forger = signer(edge.key_id, tmp_path / "..")
     topic, _ = judged(pair, request_headers(forger))
     assert topic == "agui.rejections"
-    [reason] = orjson.loads(pair.round.out[0].value)["reasons"]
+    [reason] = rejected(pair)["reasons"]
     assert reason["code"] == "approver_unverified"
     assert "does not verify" in reason["detail"]
+    assert warned(pair) == ["identity_unverified"]
     assert identities(pair, "unverified") == 1
     assert identities(pair, "verified") == 0
 
@@ -237,7 +260,7 @@ def test_the_pair_rejects_a_verified_identity_the_policy_does_not_name(edge):
     pair = make_pair(Verifier({edge.key_id: edge.public_key()}), (RULE,))
     topic, _ = judged(pair, request_headers(edge, Identity("bob", ("support",))))
     assert topic == "agui.rejections"
-    [reason] = orjson.loads(pair.round.out[0].value)["reasons"]
+    [reason] = rejected(pair)["reasons"]
     assert reason["code"] == "approver_not_allowed"
 
 

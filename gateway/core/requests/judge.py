@@ -168,6 +168,11 @@ def _judge(
         and any(f.fingerprint == print_ for f in state.forwards)
     ):
         return Decision(Verdict.DUPLICATE, thread_id=thread_id, run_id=run_id), state
+    if caller.unverified is not None:
+        found.warn(
+            Warn.IDENTITY_UNVERIFIED,
+            f"identity headers not believed: {clip(caller.unverified)}; judged as unattested",
+        )
 
     for path, message in shape.stripped_unions[:MAX_STRIP_WARNINGS]:
         where = pointer(*path)

@@ -60,6 +60,9 @@ class Warn(StrEnum):
     AGENT_MISSING = "agent_missing"
     AGENT_NAME_ILLEGAL = "agent_name_illegal"
     AGENT_NOT_ALLOWED = "agent_not_allowed"
+    # A request's identity headers not believed (forged, tampered, an unknown key): the
+    # request is judged as unattested, and told so
+    IDENTITY_UNVERIFIED = "identity_unverified"
 
 
 class Rule(StrEnum):

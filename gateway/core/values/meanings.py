@@ -77,6 +77,10 @@ WARNINGS: Mapping[Warn, str] = {
     "characters, or does not match `agent_name_pattern`; the event is dropped",
     Warn.AGENT_NOT_ALLOWED: "an event names an agent the group does not admit (or, on an "
     "agent's own topics, another agent); the event is dropped",
+    Warn.IDENTITY_UNVERIFIED: "a request carried identity headers the gateway did not believe "
+    "(signed with a key it does not trust, a bad signature, a record changed since it was "
+    "signed: the detail says which); it was judged as unattested, and where the approver "
+    "policy wants a verified identity it is also rejected `approver_unverified`",
 }
 
 RULES: Mapping[Rule, str] = {
