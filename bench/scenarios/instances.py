@@ -397,7 +397,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         ),
         figure(
             "instances.balance",
-            "pairs per instance at the end: max - min",
+            "pairs per instance after the rolling restart: max - min",
             max(balance) - min(balance),
             "pairs",
             how,
