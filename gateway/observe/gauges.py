@@ -94,7 +94,8 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "Seconds the worst standby replica has been behind its changelog's stable end: 0 "
         "when the latest check of its position (made as it reads, and at least once a "
         "second) found it at the end, else the time since a check last did (since it was "
-        "placed, for a replica that never reached the end yet).",
+        "placed, for a replica that never reached the end yet). While the reader fails, "
+        "every replica counts as behind since its last check at the end.",
         (),
     ),
     "standby_threads": ("Threads held in standby replicas.", ()),

@@ -47,3 +47,20 @@ def test_the_gauge_shows_the_seconds() -> None:
     collector.publish(GaugeSnapshot(standby_lag_seconds=4.25))
     (family,) = [m for m in collector.collect() if m.name == "agui_gateway_standby_lag_seconds"]
     assert [s.value for s in family.samples] == [4.25]
+
+
+def test_while_the_reader_fails_a_replica_counts_as_behind_since_it_was_last_at_its_end() -> None:
+    reports: list[StandbyReport] = []
+    standbys = Standbys(
+        Settings(bootstrap_servers="127.0.0.1:1"), lambda o: (f"{o}-log", str), reports.append
+    )
+    tp = TopicPartition("log", 0)
+    standbys.replicas = {tp: Replica()}
+    standbys.replicas[tp].reached(7, 7, now=95.0)
+    standbys.lag, standbys.placed_at = {tp: 0}, {tp: 0.0}
+    standbys.failing = True  # its latest check found it at the end, 5 s ago
+    standbys._report(force=True, now=100.0)
+    assert reports[-1].lag_seconds_max == 5.0 and reports[-1].lag == 0
+    standbys.failing = False
+    standbys._report(force=True, now=100.0)
+    assert reports[-1].lag_seconds_max == 0.0

@@ -24,7 +24,9 @@ ends minus their positions) and in seconds (`lag_seconds_max`, `behind_seconds`)
 how long the worst replica has been behind, from the last time a check of its
 position found it at its changelog's end. Both come from the checks the reader
 makes anyway (those of the partitions just read, and all of them once a second),
-so the seconds cost no request, and a replica that keeps up shows 0.
+so the seconds cost no request, and a replica that keeps up shows 0. While the
+reader fails, the replicas count as behind since their last check at the end
+(their records' lag stays as last seen).
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Standbys:
         self.handoff: dict[TopicPartition, Replica] = {}  # to this instance's own pairs
         self.lag: dict[TopicPartition, int] = {}
         self.placed_at: dict[TopicPartition, float] = {}  # when each replica was made
+        self.failing = False  # the latest read failed: the lags are not known now
         self._reader: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._reported = 0.0
@@ -161,6 +164,7 @@ class Standbys:
                 last_full = 0.0
                 while True:
                     batch = await reader.getmany(timeout_ms=READ_WAIT_MS)
+                    self.failing = False
                     for tp, messages in batch.items():
                         kept = replicas.get(tp)
                         if kept is not None:
@@ -178,6 +182,8 @@ class Standbys:
                 raise
             except Exception as exc:  # a standby is a head start: it waits and reads on
                 log.warning("standby replicas not read", extra={"error": repr(exc)})
+                self.failing = True  # behind since their last check at the end
+                self._report()
                 await asyncio.sleep(RETRY_S)
 
     async def _reached(
@@ -212,7 +218,12 @@ class Standbys:
         self._reported = now
         lags = [self.lag.get(tp, 0) for tp in self.replicas]
         behind = [
-            behind_seconds(self.lag.get(tp), r.caught_up_at, self.placed_at.get(tp, now), now)
+            behind_seconds(
+                None if self.failing else self.lag.get(tp),
+                r.caught_up_at,
+                self.placed_at.get(tp, now),
+                now,
+            )
             for tp, r in self.replicas.items()
         ]
         self.report(
