@@ -10,8 +10,8 @@
 as a person's approving resume feels it.
 
 `instances` (issue 27): three gateway processes on one group at a steady load,
-one killed with kill -9, then a rolling restart; the waits, balance and the
-standby memory. Run only when named (`--only instances`).
+one killed with kill -9, then a rolling restart, then a fourth added; the
+waits, balance, pairs moved and the standby memory. Run only when named (`--only instances`).
 
 Without --bootstrap it starts (or reuses) the local broker with
 deploy/kafka.sh, which honours KAFKA_PORT; a broker it had to start is

@@ -15,9 +15,15 @@ was decided. Meanwhile:
 2. a rolling restart: each instance in turn gets SIGTERM, is started again, and
    is waited for (ready) before the next. Reported: the longest wait of any
    request sent meanwhile.
-3. at the end: the pairs per instance (balance) and the standby memory, that of
-   a replica of the whole changelog (read as a standby reads it, measured with
-   tracemalloc in this process) per thread it holds.
+3. then: the pairs per instance (balance), each instance's standby gauges, and
+   the standby memory, that of a replica of the whole changelog (read as a
+   standby reads it, measured with tracemalloc in this process) per thread it
+   holds (after the run).
+4. a fourth instance added (gw-3). Reported: which pairs moved (the owner of
+   each before and after), how many that is against the fewest a balanced
+   assignment must move (`must_move`), the longest wait of a request sent from
+   its start until the four hold every pair, on the pairs that moved and on
+   those that did not, and the balance after.
 
 Every request is checked to be forwarded exactly once: lost or duplicated ones
 are reported.
@@ -188,6 +194,38 @@ async def settled(gateways: list[GatewayProcess], partitions: int) -> list[list[
     raise TimeoutError("the instances did not settle")
 
 
+async def sample_standby_lag(
+    gateways: list[GatewayProcess], stop: asyncio.Event, seen: list[tuple[float, float]], now: Any
+) -> None:
+    """Once a second: the largest `standby_lag_seconds` of the instances answering."""
+    while not stop.is_set():
+        values = []
+        for g in list(gateways):
+            with contextlib.suppress(Exception):
+                metrics = await asyncio.to_thread(g.metrics)
+                values.append(metrics.get("agui_gateway_standby_lag_seconds", 0.0))
+        if values:
+            seen.append((now(), max(values)))
+        await asyncio.sleep(1.0)
+
+
+def must_move(counts: list[int], members: int) -> int:
+    """The fewest pairs that move when the instances holding `counts` pairs become
+    `members` (counts within one of each other): each keeps up to its share, the
+    larger shares going to those that hold most."""
+    total = sum(counts)
+    base, extra = divmod(total, members)
+    kept = 0
+    for rank, count in enumerate(sorted(counts, reverse=True)):
+        kept += min(count, base + (1 if rank < extra else 0))
+    return total - kept
+
+
+def owners(held: list[list[int]]) -> dict[int, int]:
+    """partition -> index of the instance holding it."""
+    return {p: i for i, pairs in enumerate(held) for p in pairs}
+
+
 async def standby_memory(ctx: Context, names: Names, partitions: int) -> tuple[float, int]:
     """Bytes a replica of the whole changelog holds, and its threads (tracemalloc)."""
     settings = make_settings(names, ctx.bootstrap)
@@ -228,12 +266,18 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     driver = Driver(ctx, names, size.instances_threads, partitions)
     stop_offer, stop_tail = asyncio.Event(), asyncio.Event()
     marks: dict[str, float] = {}
+    lag_seen: list[tuple[float, float]] = []  # (time, largest standby_lag_seconds)
+    sampler: asyncio.Task[None] | None = None
     try:
         for g in gateways:
             g.start()
         await settled(gateways, partitions)
         tail = asyncio.create_task(driver.tail(stop_tail))
         offer = asyncio.create_task(driver.offer(rate, stop_offer))
+        sampler = asyncio.create_task(
+            sample_standby_lag(gateways, stop_offer, lag_seen, driver.now)
+        )
+        marks["warm"] = driver.now()
         await asyncio.sleep(size.instances_warmup_seconds)
 
         # 1. kill -9 of one instance
@@ -264,13 +308,31 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             await settled(gateways, partitions)
         marks["rolled"] = driver.now()
         await asyncio.sleep(size.instances_settle_seconds)
-        balance = [len(h) for h in await settled(gateways, partitions)]
-        standby_threads = [
-            (await asyncio.to_thread(g.metrics)).get("agui_gateway_standby_threads", 0.0)
-            for g in gateways
-        ]
+        held_before = await settled(gateways, partitions)
+        balance = [len(h) for h in held_before]
+        scraped = [await asyncio.to_thread(g.metrics) for g in gateways]
+        standby_threads = [m.get("agui_gateway_standby_threads", 0.0) for m in scraped]
+        standby_lag_s = [m.get("agui_gateway_standby_lag_seconds", 0.0) for m in scraped]
+        standby_lag_records = [m.get("agui_gateway_standby_lag_records", 0.0) for m in scraped]
+
+        # 4. a fourth instance added
+        marks["add"] = driver.now()
+        gateways.append(process(INSTANCES, 0))
+        gateways[-1].start()
+        await settled(gateways, partitions)
+        marks["added"] = driver.now()
+        await asyncio.sleep(size.instances_settle_seconds)
+        held_after = await settled(gateways, partitions)
+        before_of, after_of = owners(held_before), owners(held_after)
+        moved = {p for p in range(partitions) if before_of.get(p) != after_of.get(p)}
+        must = must_move(balance, len(gateways))
+        ctx.log(
+            f"instances: gw-{INSTANCES} added; {held_before} -> {held_after} "
+            f"{marks['added'] - marks['add']:.1f} s later; moved {sorted(moved)} (must: {must})"
+        )
         stop_offer.set()
         await offer
+        await sampler
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(
             c not in driver.forwarded and c not in driver.rejected for c in driver.sent
@@ -282,6 +344,8 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     finally:
         stop_offer.set()
         stop_tail.set()
+        if sampler is not None:
+            sampler.cancel()
         for g in gateways:
             await g.stop()
 
@@ -289,6 +353,14 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     kill_on = driver.waits(marks["kill"], marks["taken_over"], lost, inside=True)
     kill_off = driver.waits(marks["kill"], marks["taken_over"], lost, inside=False)
     rolling = driver.waits(marks["rolling"], marks["rolled"])
+    add_moved = driver.waits(marks["add"], marks["added"], moved, inside=True)
+    add_stayed = driver.waits(marks["add"], marks["added"], moved, inside=False)
+    balance_added = [len(h) for h in held_after]
+    steady_lag = [
+        v
+        for t, v in lag_seen
+        if marks["warm"] <= t < marks["kill"] or marks["rolled"] <= t < marks["add"]
+    ]
     lost_requests = [
         c for c in driver.sent if c not in driver.forwarded and c not in driver.rejected
     ]
@@ -297,6 +369,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         f"{INSTANCES} processes, {partitions} pairs, {rate:g} requests/s offered, "
         f"session_timeout_ms={session_ms}, standby_replicas=1"
     )
+    how_added = f"{INSTANCES} -> {INSTANCES + 1} processes, " + how.split(", ", 1)[1]
     figures = [
         figure(
             "instances.kill_takeover_s",
@@ -324,10 +397,41 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         ),
         figure(
             "instances.balance",
-            "pairs per instance at the end: max - min",
+            "pairs per instance after the rolling restart: max - min",
             max(balance) - min(balance),
             "pairs",
             how,
+            target="<= 1",
+        ),
+        figure(
+            "instances.add_others_max_wait_s",
+            "instance added: longest wait of a request on the pairs that did not move",
+            max(add_stayed, default=0.0),
+            "s",
+            how_added,
+            target="<= 1",
+        ),
+        figure(
+            "instances.add_moved_max_wait_s",
+            "instance added: longest wait of a request on the pairs that moved to it",
+            max(add_moved, default=0.0),
+            "s",
+            how_added,
+        ),
+        figure(
+            "instances.add_moved_pairs",
+            f"instance added: pairs that moved (a balanced assignment must move {must})",
+            len(moved),
+            "pairs",
+            how_added,
+            target=f"<= {must}",
+        ),
+        figure(
+            "instances.add_balance",
+            "instance added: pairs per instance after, max - min",
+            max(balance_added) - min(balance_added),
+            "pairs",
+            how_added,
             target="<= 1",
         ),
         figure(
@@ -362,6 +466,18 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         "rolling_requests": len(rolling),
         "pairs_per_instance": balance,
         "standby_threads_per_instance": standby_threads,
+        "standby_lag_seconds_per_instance": standby_lag_s,
+        "standby_lag_seconds_max_steady": max(steady_lag, default=0.0),
+        "standby_lag_seconds_max_any": max((v for _, v in lag_seen), default=0.0),
+        "standby_lag_samples": len(lag_seen),
+        "standby_lag_records_per_instance": standby_lag_records,
+        "added_pairs_before": held_before,
+        "added_pairs_after": held_after,
+        "added_moved_pairs": sorted(moved),
+        "added_must_move": must,
+        "added_settled_s": round(marks["added"] - marks["add"], 2),
+        "added_requests_on_moved_pairs": len(add_moved),
+        "added_requests_elsewhere": len(add_stayed),
         "replica_bytes": memory,
         "replica_threads": replica_threads,
         "lost": lost_requests[:20],
@@ -370,7 +486,10 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     ctx.log(
         f"instances: kill -9 wait on its pairs {max(kill_on, default=0):.2f} s, elsewhere "
         f"{max(kill_off, default=0):.2f} s; rolling restart {max(rolling, default=0):.2f} s; "
-        f"balance {balance}; standby {memory / max(1, replica_threads):.0f} B/thread; "
+        f"balance {balance}; instance added: {len(moved)} pairs moved (must {must}), "
+        f"wait on them {max(add_moved, default=0):.2f} s, elsewhere "
+        f"{max(add_stayed, default=0):.2f} s, balance {balance_added}; "
+        f"standby {memory / max(1, replica_threads):.0f} B/thread; "
         f"lost {len(lost_requests)}, twice {len(twice)}"
     )
     return figures, detail

@@ -61,6 +61,7 @@ class GaugeSnapshot:
     standby_held: int = 0  # standby replicas (changelog partitions) kept warm here
     standby_lag: int = 0  # their records behind the changelogs' ends, summed
     standby_lag_max: int = 0  # the worst replica's
+    standby_lag_seconds: float = 0.0  # how long the worst replica has been behind
     standby_threads: int = 0  # threads held in them
 
 
@@ -87,6 +88,14 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "standby_lag_partition_max": (
         "Records behind its changelog's stable end of the worst standby replica.",
+        (),
+    ),
+    "standby_lag_seconds": (
+        "Seconds the worst standby replica has been behind its changelog's stable end: 0 "
+        "when the latest check of its position (made as it reads, and at least once a "
+        "second) found it at the end, else the time since a check last did (since it was "
+        "placed, for a replica that never reached the end yet). While the reader fails, "
+        "every replica counts as behind since its last check at the end.",
         (),
     ),
     "standby_threads": ("Threads held in standby replicas.", ()),
@@ -179,6 +188,7 @@ class GaugeCollector(Collector):
             "standby_pairs_held": [((), s.standby_held)],
             "standby_lag_records": [((), s.standby_lag)],
             "standby_lag_partition_max": [((), s.standby_lag_max)],
+            "standby_lag_seconds": [((), s.standby_lag_seconds)],
             "standby_threads": [((), s.standby_threads)],
             "agent_refused": [((a,), 1) for a in s.refused],
             "permission_denied": [(labels, 1) for labels in s.denied],

@@ -76,7 +76,8 @@ async def spread(gateways: list[GatewayProcess], timeout: float = 60) -> dict[st
 
 
 async def caught_up(gateways: list[GatewayProcess], threads: int, timeout: float = 60) -> None:
-    """Until the standbys hold every thread once and are behind by nothing."""
+    """Until the standbys hold every thread once and are behind by nothing, in records
+    and in seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     seen = None
@@ -85,10 +86,13 @@ async def caught_up(gateways: list[GatewayProcess], threads: int, timeout: float
             (
                 metric(g, "agui_gateway_standby_threads"),
                 metric(g, "agui_gateway_standby_lag_records"),
+                metric(g, "agui_gateway_standby_lag_seconds"),
             )
             for g in gateways
         ]
-        if sum(t for t, _ in seen) == threads and not any(lag for _, lag in seen):
+        if sum(t for t, _, _ in seen) == threads and not any(
+            lag or seconds for _, lag, seconds in seen
+        ):
             return
         await asyncio.sleep(0.3)
     raise AssertionError(f"standbys not caught up: {seen}")

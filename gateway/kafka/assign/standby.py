@@ -18,6 +18,15 @@ written, Kafka's default 24 h: a replica that far behind could miss one).
 A replica holds what the pair's own store would (its changelog's threads, as
 bytes until read), and the owner's sweeps delete threads from both alike:
 `standby_threads` counts them.
+
+How far behind the replicas are shows in records (`lag`, the changelogs' stable
+ends minus their positions) and in seconds (`lag_seconds_max`, `behind_seconds`):
+how long the worst replica has been behind, from the last time a check of its
+position found it at its changelog's end. Both come from the checks the reader
+makes anyway (those of the partitions just read, and all of them once a second),
+so the seconds cost no request, and a replica that keeps up shows 0. While the
+reader fails, the replicas count as behind since their last check at the end
+(their records' lag stays as last seen).
 """
 
 from __future__ import annotations
@@ -50,6 +59,20 @@ class StandbyReport:
     lag: int  # records behind the changelogs' stable ends, summed
     lag_max: int  # the worst replica's
     threads: int  # threads held in replicas
+    lag_seconds_max: float = 0.0  # the worst replica's time behind (behind_seconds)
+
+
+def behind_seconds(
+    lag: int | None, caught_up_at: float | None, placed_at: float, now: float
+) -> float:
+    """How long a replica has been behind its changelog's stable end as of `now`: 0 when
+    its latest check found it at the end (`lag` 0); else the time since a check last
+    did (`caught_up_at`), or since it was placed if none ever did (`lag` None: not
+    checked yet)."""
+    if lag == 0:
+        return 0.0
+    since = caught_up_at if caught_up_at is not None else placed_at
+    return max(0.0, now - since)
 
 
 class Standbys:
@@ -67,6 +90,8 @@ class Standbys:
         self.replicas: dict[TopicPartition, Replica] = {}
         self.handoff: dict[TopicPartition, Replica] = {}  # to this instance's own pairs
         self.lag: dict[TopicPartition, int] = {}
+        self.placed_at: dict[TopicPartition, float] = {}  # when each replica was made
+        self.failing = False  # the latest read failed: the lags are not known now
         self._reader: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._reported = 0.0
@@ -98,6 +123,7 @@ class Standbys:
             replicas[tp] = self.replicas.get(tp) or Replica(self.changelog_of(unit[0])[1])
         self.replicas = replicas
         self.lag = {tp: self.lag[tp] for tp in replicas if tp in self.lag}
+        self.placed_at = {tp: self.placed_at.get(tp, now) for tp in replicas}
         if self.handoff:
             log.info(
                 "standby replicas handed over",
@@ -138,6 +164,7 @@ class Standbys:
                 last_full = 0.0
                 while True:
                     batch = await reader.getmany(timeout_ms=READ_WAIT_MS)
+                    self.failing = False
                     for tp, messages in batch.items():
                         kept = replicas.get(tp)
                         if kept is not None:
@@ -155,6 +182,8 @@ class Standbys:
                 raise
             except Exception as exc:  # a standby is a head start: it waits and reads on
                 log.warning("standby replicas not read", extra={"error": repr(exc)})
+                self.failing = True  # behind since their last check at the end
+                self._report()
                 await asyncio.sleep(RETRY_S)
 
     async def _reached(
@@ -182,17 +211,27 @@ class Standbys:
             self._reader = reader
         return self._reader
 
-    def _report(self, force: bool = False) -> None:
-        now = time.monotonic()
+    def _report(self, force: bool = False, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         if not force and now - self._reported < REPORT_S:
             return
         self._reported = now
         lags = [self.lag.get(tp, 0) for tp in self.replicas]
+        behind = [
+            behind_seconds(
+                None if self.failing else self.lag.get(tp),
+                r.caught_up_at,
+                self.placed_at.get(tp, now),
+                now,
+            )
+            for tp, r in self.replicas.items()
+        ]
         self.report(
             StandbyReport(
                 held=len(self.replicas),
                 lag=sum(lags),
                 lag_max=max(lags, default=0),
                 threads=sum(map(len, self.replicas.values())),
+                lag_seconds_max=round(max(behind, default=0.0), 3),
             )
         )

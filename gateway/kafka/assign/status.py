@@ -94,6 +94,7 @@ class Status:
                 standby_held=self._standby.held,
                 standby_lag=self._standby.lag,
                 standby_lag_max=self._standby.lag_max,
+                standby_lag_seconds=self._standby.lag_seconds_max,
                 standby_threads=self._standby.threads,
             )
         )
