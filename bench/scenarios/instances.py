@@ -46,7 +46,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.broker import Admin
 from bench.config import Context
-from bench.gatewayrun import GatewayProcess, Names, create_topics, make_settings
+from bench.gatewayrun import SETTING_OVERRIDES, GatewayProcess, Names, create_topics, make_settings
 from bench.report import Figure, figure
 from bench.workload import partition_for
 from gateway.kafka.assign.restore import Restorer
@@ -252,6 +252,8 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         "heartbeat_interval_ms": max(100, session_ms // 6),
         "standby_replicas": 1,
     }
+    # a setting given with --gateway-setting is measured instead of the scenario's own
+    overrides.update({k: v for k, v in SETTING_OVERRIDES.items() if k in overrides})
     settings = make_settings(names, ctx.bootstrap, **overrides)
     async with Admin(ctx.bootstrap) as admin:
         await create_topics(admin, names, settings, partitions, inputs=True)
