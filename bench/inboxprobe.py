@@ -96,9 +96,10 @@ async def measure(view: InboxView, queries: int, seed: int, now_ms: int) -> dict
     thread = f"/threads/{some[0]['agent']}/{some[0]['thread']}" if some else "/threads/a/b"
     opened = iter(range(10**9, 2 * 10**9))
 
-    def changed() -> None:
-        """An interrupt opens (as under traffic): the next text search builds its haystack."""
+    def text_after_change() -> tuple[str, dict[str, str]]:
+        """An interrupt opens (as under traffic), so the search joins the texts again."""
         view.apply(*record(rng, next(opened), now_ms), {})
+        return "/interrupts", {"q": f"thread-{rng.randrange(10**4):04d}"}
 
     kinds: dict[str, Any] = {
         "first_page": lambda: ("/interrupts", {}),
@@ -111,9 +112,7 @@ async def measure(view: InboxView, queries: int, seed: int, now_ms: int) -> dict
             {"expiringBefore": str(now_ms + rng.randrange(3_600_000))},
         ),
         "text": lambda: ("/interrupts", {"q": f"thread-{rng.randrange(10**4):04d}"}),
-        "text_after_change": lambda: (
-            changed() or ("/interrupts", {"q": f"thread-{rng.randrange(10**4):04d}"})
-        ),
+        "text_after_change": text_after_change,
         "deep_page": lambda: ("/interrupts", {"cursor": cursor} if cursor else {}),
         "summary": lambda: ("/interrupts/summary", {}),
         "thread": lambda: (thread, {}),

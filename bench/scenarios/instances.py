@@ -247,7 +247,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     partitions, rate = size.instances_partitions, size.instances_rate
     session_ms = size.instances_session_timeout_ms
     names = Names(f"{ctx.namespace}-inst", f"{ctx.namespace}-insto", f"{ctx.namespace}-inst")
-    overrides = {
+    overrides: dict[str, Any] = {
         "session_timeout_ms": session_ms,
         "heartbeat_interval_ms": max(100, session_ms // 6),
         "standby_replicas": 1,
