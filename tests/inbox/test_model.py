@@ -51,16 +51,18 @@ def request(rng: random.Random, thread: str, run: int) -> dict:
     }
 
 
-def held_open(pair: PartitionPair) -> set[tuple[str, str]]:
+def held_open(pair: PartitionPair) -> set[tuple[str, str, str | None, str]]:
+    """(thread, interrupt id, run, reason): an id raised again by a later run is another."""
     return {
-        (state.thread_id, interrupt_id)
+        (state.thread_id, interrupt_id, state.interrupts_run_id, interrupt.reason)
         for state in pair.store.committed()
-        for interrupt_id in records.open_interrupts(state)
+        for interrupt_id, interrupt in records.open_interrupts(state).items()
     }
 
 
-def listed(view: InboxView) -> set[tuple[str, str]]:
-    return {(i["thread"], i["interrupt"]) for i in view.interrupts({"limit": ["500"]})["items"]}
+def listed(view: InboxView) -> set[tuple[str, str, str | None, str]]:
+    items = view.interrupts({"limit": ["500"]})["items"]
+    return {(i["thread"], i["interrupt"], i["run"], i["reason"]) for i in items}
 
 
 def restarted(old: PartitionPair, retention: Retention) -> PartitionPair:
