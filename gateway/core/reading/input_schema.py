@@ -166,7 +166,9 @@ DROP: Any = object()  # what an element whose union tag is unrecognised becomes:
 def walker() -> Walk:
     """The walk over a whole input (the input itself where the schema holds no typed
     dict). It returns a copy of the input less what it lists, sharing every branch
-    that holds none of it (None for an input that is itself unrecognised)."""
+    that holds none of it (None for an input that is itself unrecognised). Once it
+    lists a required member (REQUIRED), what it returns is not used (the input is
+    malformed): an object is then left as it is, not copied without that member."""
     compiled = _compiled(schema())
     if compiled is None or compiled[1] != (dict,):
         return _nothing
@@ -226,14 +228,18 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
         for name, field, types in deep:  # the validator reports fields first, in schema order
             item = value.get(name)
             if type(item) in types:
-                new = field(item, at + (name,), extras, tags)
+                here = at + (name,)
+                new = field(item, here, extras, tags)
                 if new is not item:
+                    if new is DROP and name in required:
+                        # the copy would not be what the validator reads: the input is
+                        # malformed, and the pass's copy is not used (no copy is made)
+                        tags.append((here, REQUIRED))
+                        continue
                     if out is None:
                         out = dict(value)
                     if new is DROP:
                         del out[name]
-                        if name in required:  # the copy is not what the validator reads
-                            tags.append((at + (name,), REQUIRED))
                     else:
                         out[name] = new
         if not value.keys() <= names:  # then the extra members, in the input's order
