@@ -260,15 +260,20 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
 
     walk.names = names  # type: ignore[attr-defined]
     walk.deep = deep  # type: ignore[attr-defined]
+    walk.required = required  # type: ignore[attr-defined]
     return walk
 
 
 # How a list's walk treats an element (an object), by its variant: None, nothing to find
-# in it; (member names, field, types, walk) for a typed dict with at most one field to walk
-# into (`field`, when its value is of `types`): its extra members are found in the loop,
-# and `walk` called only when that field holds something to walk or two members are extra;
-# (None, None, (), walk) for any other: `walk` is called.
-_Element = tuple[frozenset[str] | None, str | None, tuple[type, ...], Walk]
+# in it; (member names, field, types, walk, union) for a typed dict with at most one field
+# to walk into (`field`, when its value is of `types`): its extra members are found in the
+# loop, and `walk` called only when that field holds something to walk or two members are
+# extra; `union`, when that field is a required tagged union: (member names, field, its
+# discriminator, its tags, its node), so that an element without extra members whose
+# field's tag is a string not among those is listed in the loop as `walk` lists it
+# (REQUIRED); (None, None, (), walk, None) for any other: `walk` is called.
+_Union = tuple[frozenset[str], str, str, frozenset[str], dict[str, Any]]
+_Element = tuple[frozenset[str] | None, str | None, tuple[type, ...], Walk, _Union | None]
 
 
 def _element(walk: Walk | None) -> _Element | None:
@@ -276,9 +281,12 @@ def _element(walk: Walk | None) -> _Element | None:
         return None
     deep = getattr(walk, "deep", None)
     if deep is not None and len(deep) <= 1:
-        name, _, types = deep[0] if deep else (None, None, ())
-        return walk.names, name, types, walk  # type: ignore[attr-defined]
-    return None, None, (), walk
+        name, field, types = deep[0] if deep else (None, None, ())
+        union = getattr(field, "union", None)
+        required = name in walk.required  # type: ignore[attr-defined]
+        read = (walk.names, name, *union) if union and required and types == (dict,) else None  # type: ignore[attr-defined]
+        return walk.names, name, types, walk, read  # type: ignore[attr-defined]
+    return None, None, (), walk, None
 
 
 def _list(item: Walk, types: tuple[type, ...]) -> Walk:
@@ -342,7 +350,19 @@ def _elements(
                     continue
             if spec is None:
                 continue
-            keep, field, types, choice = spec
+            keep, field, types, choice, union = spec
+            if union is not None:
+                names, member, key, known, tagged = union
+                inside = element.get(member)
+                if type(inside) is dict and element.keys() <= names:
+                    tag = inside.get(key)
+                    if type(tag) is str and tag not in known:
+                        # as `choice` lists it (its required member's element is
+                        # unrecognised: REQUIRED), two calls less (a flood is common)
+                        here = at + (index, member)
+                        tags.append((here, tagged))
+                        tags.append((here, REQUIRED))
+                        continue
             if keep is None or (field is not None and type(element.get(field)) in types):
                 new = choice(element, at + (index,), extras, tags)
                 if new is element:
@@ -385,6 +405,8 @@ def _tagged_union(node: dict[str, Any]) -> Walk:
             return value
         return choice(value, at, extras, tags)
 
+    if type(discriminator) is str:  # (read in a list's loop: `_element`)
+        walk.union = discriminator, frozenset(choices), node  # type: ignore[attr-defined]
     return walk
 
 

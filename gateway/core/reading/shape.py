@@ -696,7 +696,17 @@ def _flood(shape: Shape, raw: dict[str, Any], count: int, checked: Any = _UNREAD
 
     if required:  # a required member stripped: malformed, as `conforms` finds it, unchecked
         listed = set(required[:MAX_MALFORMED])  # a message is written for these alone
-        unions = {path: union for path, union in tags if path in listed and union is not REQUIRED}
+        unions: dict[Path, dict[str, Any]] = {}
+        # a member's entries all come before its REQUIRED one (the pass lists that once
+        # it has walked the member): the tags are read up to the last listed member's
+        left = len(listed)
+        for path, union in tags:
+            if union is REQUIRED:
+                left -= path in listed
+                if not left:
+                    break
+            elif path in listed:
+                unions[path] = union
         _required_stripped(shape, required, lambda path: message(path, unions[path]))
         return shape
     tags = [(path, union) for path, union in tags if union is not RULED_OUT]
