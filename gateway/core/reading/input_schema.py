@@ -352,10 +352,10 @@ def _elements(
                 continue
             keep, field, types, choice, union = spec
             if union is not None:
-                names, member, key, known, tagged = union
+                names, member, tag_name, known, tagged = union
                 inside = element.get(member)
                 if type(inside) is dict and element.keys() <= names:
-                    tag = inside.get(key)
+                    tag = inside.get(tag_name)
                     if type(tag) is str and tag not in known:
                         # as `choice` lists it (its required member's element is
                         # unrecognised: REQUIRED), two calls less (a flood is common)
