@@ -166,7 +166,9 @@ DROP: Any = object()  # what an element whose union tag is unrecognised becomes:
 def walker() -> Walk:
     """The walk over a whole input (the input itself where the schema holds no typed
     dict). It returns a copy of the input less what it lists, sharing every branch
-    that holds none of it (None for an input that is itself unrecognised)."""
+    that holds none of it (None for an input that is itself unrecognised). Once it
+    lists a required member (REQUIRED), what it returns is not used (the input is
+    malformed): an object is then left as it is, not copied without that member."""
     compiled = _compiled(schema())
     if compiled is None or compiled[1] != (dict,):
         return _nothing
@@ -226,14 +228,18 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
         for name, field, types in deep:  # the validator reports fields first, in schema order
             item = value.get(name)
             if type(item) in types:
-                new = field(item, at + (name,), extras, tags)
+                here = at + (name,)
+                new = field(item, here, extras, tags)
                 if new is not item:
+                    if new is DROP and name in required:
+                        # the copy would not be what the validator reads: the input is
+                        # malformed, and the pass's copy is not used (no copy is made)
+                        tags.append((here, REQUIRED))
+                        continue
                     if out is None:
                         out = dict(value)
                     if new is DROP:
                         del out[name]
-                        if name in required:  # the copy is not what the validator reads
-                            tags.append((at + (name,), REQUIRED))
                     else:
                         out[name] = new
         if not value.keys() <= names:  # then the extra members, in the input's order
@@ -254,15 +260,20 @@ def _typed_dict(node: dict[str, Any]) -> Walk:
 
     walk.names = names  # type: ignore[attr-defined]
     walk.deep = deep  # type: ignore[attr-defined]
+    walk.required = required  # type: ignore[attr-defined]
     return walk
 
 
 # How a list's walk treats an element (an object), by its variant: None, nothing to find
-# in it; (member names, field, types, walk) for a typed dict with at most one field to walk
-# into (`field`, when its value is of `types`): its extra members are found in the loop,
-# and `walk` called only when that field holds something to walk or two members are extra;
-# (None, None, (), walk) for any other: `walk` is called.
-_Element = tuple[frozenset[str] | None, str | None, tuple[type, ...], Walk]
+# in it; (member names, field, types, walk, union) for a typed dict with at most one field
+# to walk into (`field`, when its value is of `types`): its extra members are found in the
+# loop, and `walk` called only when that field holds something to walk or two members are
+# extra; `union`, when that field is a required tagged union: (member names, field, its
+# discriminator, its tags, its node), so that an element without extra members whose
+# field's tag is a string not among those is listed in the loop as `walk` lists it
+# (REQUIRED); (None, None, (), walk, None) for any other: `walk` is called.
+_Union = tuple[frozenset[str], str, str, frozenset[str], dict[str, Any]]
+_Element = tuple[frozenset[str] | None, str | None, tuple[type, ...], Walk, _Union | None]
 
 
 def _element(walk: Walk | None) -> _Element | None:
@@ -270,9 +281,12 @@ def _element(walk: Walk | None) -> _Element | None:
         return None
     deep = getattr(walk, "deep", None)
     if deep is not None and len(deep) <= 1:
-        name, _, types = deep[0] if deep else (None, None, ())
-        return walk.names, name, types, walk  # type: ignore[attr-defined]
-    return None, None, (), walk
+        name, field, types = deep[0] if deep else (None, None, ())
+        union = getattr(field, "union", None)
+        required = name in walk.required  # type: ignore[attr-defined]
+        read = (walk.names, name, *union) if union and required and types == (dict,) else None  # type: ignore[attr-defined]
+        return walk.names, name, types, walk, read  # type: ignore[attr-defined]
+    return None, None, (), walk, None
 
 
 def _list(item: Walk, types: tuple[type, ...]) -> Walk:
@@ -336,7 +350,19 @@ def _elements(
                     continue
             if spec is None:
                 continue
-            keep, field, types, choice = spec
+            keep, field, types, choice, union = spec
+            if union is not None:
+                names, member, tag_name, known, tagged = union
+                inside = element.get(member)
+                if type(inside) is dict and element.keys() <= names:
+                    tag = inside.get(tag_name)
+                    if type(tag) is str and tag not in known:
+                        # as `choice` lists it (its required member's element is
+                        # unrecognised: REQUIRED), two calls less (a flood is common)
+                        here = at + (index, member)
+                        tags.append((here, tagged))
+                        tags.append((here, REQUIRED))
+                        continue
             if keep is None or (field is not None and type(element.get(field)) in types):
                 new = choice(element, at + (index,), extras, tags)
                 if new is element:
@@ -379,6 +405,8 @@ def _tagged_union(node: dict[str, Any]) -> Walk:
             return value
         return choice(value, at, extras, tags)
 
+    if type(discriminator) is str:  # (read in a list's loop: `_element`)
+        walk.union = discriminator, frozenset(choices), node  # type: ignore[attr-defined]
     return walk
 
 

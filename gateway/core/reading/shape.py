@@ -152,7 +152,9 @@ def read_input(raw: dict[str, Any]) -> Shape:
     if checked == raw:  # no typed dict of the input holds an extra member
         shape.stripped = raw
         return _valid(shape, raw, [])
-    flood = _flood(shape, raw, 0)  # valid but for extra members: one pass lists them
+    # valid but for extra members: one pass lists them (and `checked` is what `lenient`
+    # returns for the input less them)
+    flood = _flood(shape, raw, 0, checked)
     return flood if flood is not None else _by_errors(shape, raw)
 
 
@@ -586,25 +588,30 @@ def _valid(shape: Shape, raw: dict[str, Any], unknown: list[Path]) -> Shape:
     return shape
 
 
+_UNREAD: Any = object()  # (`conforms`: what `lenient` returns for the copy, not known)
+
+
 def conforms(
     shape: Shape,
     raw: dict[str, Any],
     doc: dict[str, Any],
     removed: Sequence[Path],
     notes: Callable[[Path], str] | None = None,
+    read: Any = _UNREAD,
 ) -> bool:
     """Whether `doc`, the input `raw` less the elements and members at `removed` (their
     order free), is an input the strict validator reads: nothing is forwarded that the
     protocol's models would not read. If it is not, `shape` is made malformed, each
     problem pointed at in `raw` (`notes`: why an unrecognised union member at one of
-    `removed` was removed).
+    `removed` was removed). `read`, when given, is what `lenient` returns for `doc`,
+    known without validating it again (`_flood`).
 
     The validator that ignores extra members returns `doc` itself exactly when `doc` is
     valid and holds no extra member (half the strict validator's cost on a valid input);
     its errors are the strict validator's less extra members (and when it finds none, the
     strict validator's errors are read)."""
     try:
-        if lenient().validate_python(doc, strict=True) == doc:
+        if (lenient().validate_python(doc, strict=True) if read is _UNREAD else read) == doc:
             return True
     except ValidationError as exc:
         errors = _Errors(exc)  # the strict validator's errors less extra members
@@ -657,11 +664,18 @@ def conforms(
 MANY_ERRORS = 256
 
 
-def _flood(shape: Shape, raw: dict[str, Any], count: int) -> Shape | None:
+def _flood(shape: Shape, raw: dict[str, Any], count: int, checked: Any = _UNREAD) -> Shape | None:
     """The shape of an input whose `count` errors (extra members ignored) are all
     unrecognised union elements, found with its extra members by one walk
     (`input_schema.walker`), in the order the strict validator reports them; None when
-    the walk does not account for every error (then each error is read)."""
+    the walk does not account for every error (then each error is read).
+
+    `checked`: what `lenient` returned for `raw` (valid to it, `count` 0). The walk
+    takes out no element then, only members `lenient` ignores, along the variants the
+    validator reads (a tagged union's by its tag, a plain union's alternative by the
+    value's type, as `input_schema` holds them), and what `lenient` returns does not
+    depend on the members it ignores: for the input less them it returns `checked`
+    again, so `conforms` compares that, without validating the copy once more."""
     extras: list[Path] = []
     tags: list[tuple[Path, dict[str, Any]]] = []
     stripped = walker()(raw, (), extras, tags)
@@ -682,7 +696,17 @@ def _flood(shape: Shape, raw: dict[str, Any], count: int) -> Shape | None:
 
     if required:  # a required member stripped: malformed, as `conforms` finds it, unchecked
         listed = set(required[:MAX_MALFORMED])  # a message is written for these alone
-        unions = {path: union for path, union in tags if path in listed and union is not REQUIRED}
+        unions: dict[Path, dict[str, Any]] = {}
+        # a member's entries all come before its REQUIRED one (the pass lists that once
+        # it has walked the member): the tags are read up to the last listed member's
+        left = len(listed)
+        for path, union in tags:
+            if union is REQUIRED:
+                left -= path in listed
+                if not left:
+                    break
+            elif path in listed:
+                unions[path] = union
         _required_stripped(shape, required, lambda path: message(path, unions[path]))
         return shape
     tags = [(path, union) for path, union in tags if union is not RULED_OUT]
@@ -690,7 +714,12 @@ def _flood(shape: Shape, raw: dict[str, Any], count: int) -> Shape | None:
     shape.removed = [path for path, _ in tags]
     # checked before a message is written for each (a flood of them is common)
     if (shape.removed or extras) and not conforms(
-        shape, raw, stripped, shape.removed, lambda path: message(path, unions[path])
+        shape,
+        raw,
+        stripped,
+        shape.removed,
+        lambda path: message(path, unions[path]),
+        checked if not shape.removed else _UNREAD,
     ):
         return shape
     shape.stripped_unions = [(path, message(path, union)) for path, union in tags]
