@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from gateway.inbox.findings import seek_since
 from gateway.inbox.view import InboxView
 from gateway.kafka.wire import clients
 from gateway.settings import Settings
@@ -140,17 +141,7 @@ class TrailReader:
         consumer.assign(sorted(every))
         for tp, offset in kept.items():
             consumer.seek(tp, offset)
-        if since is None:
-            await consumer.seek_to_beginning(*new)
-            return every
-        starts = await consumer.offsets_for_times({tp: since for tp in new})
-        # nothing that recent: from the end as it is now (an offset, not the lazy "latest",
-        # which would skip what arrives before the first fetch)
-        empty = [tp for tp in new if starts.get(tp) is None]
-        ends = await consumer.end_offsets(empty) if empty else {}
-        for tp in new:
-            found = starts.get(tp)
-            consumer.seek(tp, found.offset if found is not None else ends[tp])
+        await seek_since(consumer, new, since)
         return every
 
 

@@ -175,3 +175,24 @@ def test_the_counted_bytes_hold_above_what_is_allocated(n: int) -> None:
         tracemalloc.stop()
     assert len(history) == n
     assert allocated < history.bytes < allocated * 1.5, (allocated / n, history.bytes / n)
+
+
+def test_a_verdict_keeps_twenty_codes_and_entries_and_counts_the_rest() -> None:
+    entries = tuple((f"i{n}", "resolved") for n in range(30))
+    body = orjson.loads(audit(verdict="reject", entries=entries))
+    # more codes than today's 18 (a later version's, kept as they come), one twice
+    codes = [f"code_{n}" for n in range(25)] + ["code_0"]
+    body["reasons"] = [{"code": code, "detail": ""} for code in codes]
+    found = verdicts.read(orjson.dumps(body))
+    assert found is not None and found.forwarded_run is None
+    shown = orjson.loads(found.value)
+    assert shown["reasons"] == [f"code_{n}" for n in range(20)] and shown["reasonsOmitted"] == 5
+    assert [e["interrupt"] for e in shown["interrupts"]] == [f"i{n}" for n in range(20)]
+    assert shown["interruptsOmitted"] == 10
+    # what the audit record itself left out is counted too
+    body = orjson.loads(audit(verdict="reject", codes=("uncovered_interrupt",)))
+    body |= {"reasonsOmitted": 3, "interruptsOmitted": 60}
+    again = verdicts.read(orjson.dumps(body))
+    assert again is not None
+    assert orjson.loads(again.value)["reasonsOmitted"] == 3
+    assert orjson.loads(again.value)["interruptsOmitted"] == 60
