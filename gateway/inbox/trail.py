@@ -13,9 +13,9 @@ runs (bounded per thread and in threads), so a window back only limits what a fr
 view knows, and each answer says from when (`verdictsSinceMs`).
 
 With the trail off (`audit_enabled` false) it reads nothing and the answers say so;
-a topic that does not exist (or that this principal may not read) is logged once and
-looked for again, and the threads of the agents it would carry say their verdicts are
-not known; nothing else stops.
+a topic that does not exist, or that Kafka refuses this principal Read on, is logged
+once and looked for (tried) again at the next look, and the threads of the agents it
+would carry say their verdicts are not known; nothing else stops.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import TopicAuthorizationFailedError
 
 from gateway.inbox.findings import seek_since
 from gateway.inbox.view import InboxView
@@ -49,6 +50,7 @@ class TrailReader:
         self.clock = clock
         self.discover_s = DISCOVER_S
         self._told = False
+        self._refused_told: set[str] = set()  # bounded: the audit topics that exist
 
     def topic_of(self, agent: str) -> str:
         """The audit topic `agent`'s decisions are written to."""
@@ -102,7 +104,13 @@ class TrailReader:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), 1.0)
                     continue
-                batch = await consumer.getmany(timeout_ms=200, max_records=BATCH_RECORDS)
+                try:
+                    batch = await consumer.getmany(timeout_ms=200, max_records=BATCH_RECORDS)
+                except TopicAuthorizationFailedError as exc:
+                    assigned = await self._refused(consumer, assigned, exc)
+                    topics = frozenset(tp.topic for tp in assigned)
+                    self.view.trail.reading(topics, self.topic_of, since)
+                    continue
                 for tp, records in batch.items():
                     for record in records:
                         self.view.verdict(record.value, (tp.topic, tp.partition, record.offset))
@@ -111,6 +119,30 @@ class TrailReader:
                     self.view.trail.caught_up = await _caught_up(consumer, assigned)
         finally:
             await clients.stop(consumer)
+
+    async def _refused(
+        self,
+        consumer: AIOKafkaConsumer,
+        assigned: set[TopicPartition],
+        exc: TopicAuthorizationFailedError,
+    ) -> set[TopicPartition]:
+        """Stop reading the topic Kafka refuses Read on (logged once; tried again at the
+        next look): the other owners' topics are still read."""
+        topic = exc.args[0] if exc.args and isinstance(exc.args[0], str) else None
+        if topic is None or not any(tp.topic == topic for tp in assigned):
+            raise exc
+        if topic not in self._refused_told:
+            self._refused_told.add(topic)
+            log.warning(
+                "Kafka refuses this principal Read on the audit topic (agui-gateway acls "
+                "--role inbox grants it): its agents' threads show no verdicts; trying again",
+                extra={"topic": topic},
+            )
+        kept = {tp: await consumer.position(tp) for tp in assigned if tp.topic != topic}
+        consumer.assign(sorted(kept))
+        for tp, offset in kept.items():
+            consumer.seek(tp, offset)
+        return set(kept)
 
     async def _discover(
         self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition], since: int | None
