@@ -169,14 +169,11 @@ class InboxView:
         now = self.now_ms()
         shown = [item.to_json(now) for item in items]
         unknown = self.trail.unknown(agent)
-        if unknown is not None:
-            since = None
-        elif past is not None and past.since_ms is not None:
-            since = past.since_ms  # forgotten before: known from its first record on
-        elif past is None and self.history.forgot_at_ms is not None:
-            since = self.history.forgot_at_ms
-        else:
-            since = self.trail.since_ms
+        # from the trail's start, or later for a thread the history may have forgotten:
+        # known from its first record since (or, not held, from the last forgetting)
+        forgot = self.history.forgot_at_ms if past is None else past.since_ms
+        known = [t for t in (self.trail.since_ms, forgot) if t is not None]
+        since = None if unknown is not None or not known else max(known)
         return {
             "agent": agent,
             "thread": thread,

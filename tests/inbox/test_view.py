@@ -292,3 +292,22 @@ def test_a_forgotten_threads_verdicts_are_known_only_from_when_it_came_back() ->
     assert (t1["verdicts"], t1["verdictsSinceMs"]) == ([], 3_500)
     assert ([v["atMs"] for v in t3["verdicts"]], t3["verdictsSinceMs"]) == ([3_000], 50)
     assert view.history.evicted == 2
+
+
+def test_verdicts_are_never_said_known_from_before_the_trails_start() -> None:
+    """A thread met again after the history forgot threads, by an interrupt opened before
+    the trail's window: its verdicts are known from the window's start, not before."""
+    view = InboxView(10, Clock(), max_threads=1)
+    reading(view, since_ms=5_000)
+    view.verdict(audit("bot", "t1", at_ms=6_000), None)
+    view.verdict(audit("bot", "t2", at_ms=7_000), None)  # t1 forgotten
+    view.apply(*opened("bot", "t3", "a", 1_000), {})  # opened long ago
+    t3 = view.thread("bot", "t3")
+    assert t3 is not None and t3["verdictsSinceMs"] == 5_000
+    from_the_beginning = InboxView(10, Clock(), max_threads=1)
+    reading(from_the_beginning, since_ms=None)
+    from_the_beginning.verdict(audit("bot", "t1", at_ms=6_000), None)
+    from_the_beginning.verdict(audit("bot", "t2", at_ms=7_000), None)  # t1 forgotten
+    from_the_beginning.apply(*opened("bot", "t3", "a", 1_000), {})
+    t3 = from_the_beginning.thread("bot", "t3")
+    assert t3 is not None and t3["verdictsSinceMs"] == 1_000
