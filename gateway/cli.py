@@ -203,8 +203,9 @@ def _parser() -> argparse.ArgumentParser:
         default="gateway",
         help="whose ACLs: the gateway's (default), the bridge's (agui-gateway bridge), an "
         "auditor's (agui-gateway audit: Read on the audit topic) or the inbox's "
-        "(agui-gateway inbox: Read on interrupts_topic and on the rejections and warnings "
-        "topics, the agent pattern naming whose when those are templates; for its page, "
+        "(agui-gateway inbox: Read on interrupts_topic, on the rejections and warnings "
+        "topics and, with audit_enabled, on the audit topic, the agent pattern naming "
+        "whose when those are templates; for its page, "
         "Write on the named agents' requests topics and Read, Create on "
         "inbox_page_reply_topic)",
     )

@@ -560,6 +560,21 @@ class Settings(BaseSettings):
     record and search text plus 1,000 bytes (about 1.6 KiB for a typical interrupt, up to
     about 90 KiB for one with the largest message and responseSchema); past it, as
     past inbox_max_open."""
+    inbox_max_threads: int = Field(default=200_000, ge=1)
+    """Threads whose history (runs, how their interrupts closed, last verdicts) the
+    inbox's view keeps at most; past it (or past inbox_history_max_bytes) the thread with
+    the oldest activity is forgotten (agui_gateway_inbox_threads_forgotten_total). The
+    default keeps every thread of inbox_max_open interrupts each on a thread of its own."""
+    inbox_history_max_bytes: int = Field(default=384 << 20, ge=1 << 20)
+    """Bytes the inbox's view counts its threads' history as holding, at most: about 1 KB
+    for a thread with one open interrupt, 2.6 KB with two runs, two closed interrupts
+    and two verdicts (measured: see the inbox guide); past it, as past
+    inbox_max_threads. The default holds 100,000 threads of the second kind."""
+    inbox_verdicts_lookback_s: int = Field(default=3600, ge=-1)
+    """How far back the inbox's view starts reading the audit topic for each thread's last
+    verdicts, in seconds (by the records' timestamps); -1 reads it from its beginning
+    (which may hold audit_retention_days of decisions). While it runs the view keeps
+    every verdict it reads; this bounds only what a fresh view knows of the past."""
     inbox_group_id: str = "agui-gateway-inbox"
     """Prefix of the inbox reader's client id (it reads with no consumer group, from the
     beginning of interrupts_topic, and commits nothing)."""

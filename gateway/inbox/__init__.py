@@ -7,7 +7,9 @@ held and as answered), `index` (the pure in-memory index: filters, order, paging
 summary), `query` (a request's parameters, read and checked), `view` (the index
 behind the contract's InboxSource: answers and live changes), `reader` (the Kafka
 reader that feeds it, and its lag), `findings` (the last hour of warnings and rejections
-the summary counts), `api` (the JSON API and its bearer token) and
-`service` (the view, its reader and its routes, as a command or the gateway runs them).
+the summary counts), `history` (per thread: runs, how their interrupts closed, last
+verdicts; bounded), `verdicts` (an audit record read into a thread's verdict), `trail`
+(the reader of the audit topic that feeds them), `api` (the JSON API and its bearer
+token) and `service` (the view, its reader and its routes, as a command or the gateway runs them).
 It imports the codec and the settings, never the gateway's Kafka loop.
 """

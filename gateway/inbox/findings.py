@@ -117,16 +117,26 @@ class FindingsReader:
         consumer.assign(sorted(every))
         for tp, offset in kept.items():
             consumer.seek(tp, offset)
-        since = int(self.clock() * 1000) - HOUR_MS
-        starts = await consumer.offsets_for_times({tp: since for tp in new})
-        # nothing that recent: from the end as it is now (an offset, not the lazy "latest",
-        # which would skip what arrives before the first fetch)
-        empty = [tp for tp in new if starts.get(tp) is None]
-        ends = await consumer.end_offsets(empty) if empty else {}
-        for tp in new:
-            found = starts.get(tp)
-            consumer.seek(tp, found.offset if found is not None else ends[tp])
+        await seek_since(consumer, new, int(self.clock() * 1000) - HOUR_MS)
         return every
+
+
+async def seek_since(
+    consumer: AIOKafkaConsumer, tps: set[TopicPartition], since_ms: int | None
+) -> None:
+    """Place each partition at its first record from `since_ms` on (by timestamp), or at
+    its beginning when `since_ms` is None."""
+    if since_ms is None:
+        await consumer.seek_to_beginning(*tps)
+        return
+    starts = await consumer.offsets_for_times({tp: since_ms for tp in tps})
+    # nothing that recent: from the end as it is now (an offset, not the lazy "latest",
+    # which would skip what arrives before the first fetch)
+    empty = [tp for tp in tps if starts.get(tp) is None]
+    ends = await consumer.end_offsets(empty) if empty else {}
+    for tp in tps:
+        found = starts.get(tp)
+        consumer.seek(tp, found.offset if found is not None else ends[tp])
 
 
 def _ms(text: str) -> int | None:

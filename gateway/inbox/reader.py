@@ -61,6 +61,23 @@ class InboxMetrics:
             "Interrupts topic records the inbox skipped: not a record it can read.",
             registry=registry,
         )
+        self.threads = Gauge(
+            "agui_gateway_inbox_threads",
+            "Threads whose history (runs, closes, last verdicts) the inbox's view keeps.",
+            registry=registry,
+        )
+        self.threads.set_function(lambda: len(view.history))
+        self.forgotten = Counter(
+            "agui_gateway_inbox_threads_forgotten",
+            "Threads whose history the inbox's view forgot to stay within inbox_max_threads "
+            "and inbox_history_max_bytes (the least recently active first).",
+            registry=registry,
+        )
+        self.unreadable_audit = Counter(
+            "agui_gateway_inbox_unreadable_audit_records",
+            "Audit topic records the inbox skipped: not an audit record it can read.",
+            registry=registry,
+        )
 
 
 class InboxReader:
@@ -80,6 +97,8 @@ class InboxReader:
         self._started = clock()
         self._dropped = 0
         self._unreadable = 0
+        self._forgotten = 0
+        self._unreadable_audit = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Read until `stop` is set; the view is fed as records arrive."""
@@ -176,3 +195,10 @@ class InboxReader:
         if self.view.unreadable > self._unreadable:
             self.metrics.unreadable.inc(self.view.unreadable - self._unreadable)
             self._unreadable = self.view.unreadable
+        forgotten = self.view.history.evicted
+        if forgotten > self._forgotten:
+            self.metrics.forgotten.inc(forgotten - self._forgotten)
+            self._forgotten = forgotten
+        if self.view.unreadable_audit > self._unreadable_audit:
+            self.metrics.unreadable_audit.inc(self.view.unreadable_audit - self._unreadable_audit)
+            self._unreadable_audit = self.view.unreadable_audit

@@ -9,7 +9,9 @@ HTTP server has stopped.
 
 A reader that fails (Kafka gone longer than its clients retry) is logged and started
 again after `RESTART_S`, on an emptied view: the topic is read from its beginning
-again, so a close whose tombstone compaction removed meanwhile is not missed.
+again, so a close whose tombstone compaction removed meanwhile is not missed. The
+audit trail's reader, failed, starts again from its window back; a verdict read again
+is not taken twice (each thread remembers the place of the last one it took).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from gateway.inbox.findings import FindingsReader
 from gateway.inbox.page.app import InboxPage
 from gateway.inbox.reader import InboxMetrics, InboxReader
 from gateway.inbox.session import Session
+from gateway.inbox.trail import TrailReader
 from gateway.inbox.view import InboxView
 from gateway.settings import Settings
 
@@ -46,7 +49,13 @@ class InboxService:
     ) -> None:
         self.settings = settings
         self.clock = clock
-        self.view = InboxView(settings.inbox_max_open, clock, settings.inbox_max_bytes)
+        self.view = InboxView(
+            settings.inbox_max_open,
+            clock,
+            settings.inbox_max_bytes,
+            settings.inbox_max_threads,
+            settings.inbox_history_max_bytes,
+        )
         self.metrics = InboxMetrics(registry, self.view)
         self.reader = InboxReader(settings, self.view, self.metrics, clock)
         self.session = Session(settings)
@@ -78,7 +87,7 @@ class InboxService:
         """Read into the view until `stop`; a failed reader starts again (the interrupts
         topic's on an empty view)."""
         try:
-            await asyncio.gather(self._interrupts(stop), self._warnings(stop))
+            await asyncio.gather(self._interrupts(stop), self._warnings(stop), self._trail(stop))
         finally:
             self.view.stop()
 
@@ -109,3 +118,15 @@ class InboxService:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), RESTART_S)
                 self.view.index.forget_warnings()
+
+    async def _trail(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await TrailReader(self.settings, self.view, self.clock).run(stop)
+            except Exception as exc:
+                log.error(
+                    "the inbox's audit trail reader failed; starting it again",
+                    extra={"error": repr(exc)},
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), RESTART_S)

@@ -70,3 +70,60 @@ def check(kind: str, body: Any) -> None:
         f"{kind} answer breaks its schema at /{'/'.join(map(str, error.absolute_path))}: "
         f"{error.message}: {body!r:.2000}"
     )
+
+
+@cache
+def _audit_validator() -> Draft202012Validator:
+    return Draft202012Validator(json.loads((SCHEMAS / "audit.schema.json").read_text()))
+
+
+def audit(
+    agent: str = "bot",
+    thread: str = "t1",
+    verdict: str = "forward",
+    *,
+    run: str = "n1",
+    at_ms: int = 3_000,
+    codes: tuple[str, ...] = (),
+    entries: tuple[tuple[str, str], ...] = (("a", "resolved"),),
+    subject: str | None = None,
+    correlation: str | None = "corr-1",
+) -> bytes:
+    """An audit record's value, as schemas/audit.schema.json says (checked)."""
+    from datetime import UTC, datetime
+
+    def at(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+    body = {
+        "auditVersion": 1,
+        "verdict": verdict,
+        "attestation": "unattested" if subject is None else "verified",
+        "identity": None
+        if subject is None
+        else {"subject": subject, "groups": ["ops"], "issuer": "idp", "signer": "k1"},
+        "agent": agent,
+        "threadId": thread,
+        "runId": run,
+        "interrupts": [
+            {
+                "interruptId": interrupt,
+                "status": status,
+                "reason": "tool_call",
+                "forwarded": verdict == "forward",
+                "payloadSha256": None,
+            }
+            for interrupt, status in entries
+        ],
+        "reasons": [{"code": code, "detail": f"{code} found"} for code in codes],
+        "correlationId": correlation,
+        "source": {"topic": f"agui.{agent}.requests", "partition": 0, "offset": 7},
+        "requestedAt": at(at_ms - 5),
+        "requestedAtMs": at_ms - 5,
+        "judgedAt": at(at_ms - 5),
+        "decidedAt": at(at_ms),
+        "decidedAtMs": at_ms,
+    }
+    error = best_match(_audit_validator().iter_errors(body))
+    assert error is None, error.message
+    return json.dumps(body).encode()

@@ -13,7 +13,7 @@ from gateway import http
 from gateway.inbox.api import bearer, routes
 from gateway.inbox.view import InboxView
 from gateway.settings import Settings
-from tests.inbox.support import check, closed, opened
+from tests.inbox.support import audit, check, closed, opened
 
 TOKEN = "s3cret-token-value"
 GOOD = {"Authorization": f"Bearer {TOKEN}"}
@@ -35,6 +35,8 @@ def view() -> InboxView:
     view.apply(*opened("cat", "t2", "c", 30_000, reason="input", expires_at_ms=50_000), {})
     key, headers = closed("cat", "t3", "d", at_ms=90_000, opened_at_ms=60_000)
     view.apply(key, None, headers)
+    view.trail.reading(frozenset({"agui.audit"}), lambda agent: "agui.audit", 0)
+    view.verdict(audit("bot", "t1", "reject", codes=("uncovered_interrupt",)), ("agui.audit", 0, 0))
     return view
 
 
@@ -65,6 +67,13 @@ def test_the_answers_follow_their_schemas(view) -> None:
     thread = api.get("/threads/bot/t1", headers=GOOD)
     check("thread", thread.json())
     assert [i["interrupt"] for i in thread.json()["open"]] == ["a", "b"]
+    [verdict] = thread.json()["verdicts"]
+    assert (verdict["verdict"], verdict["reasons"]) == ("reject", ["uncovered_interrupt"])
+    closed_only = api.get("/threads/cat/t3", headers=GOOD)  # nothing open: its history
+    assert closed_only.status_code == 200
+    check("thread", closed_only.json())
+    assert closed_only.json()["open"] == [] and closed_only.json()["verdicts"] == []
+    assert closed_only.json()["closesWithoutRun"][0]["interrupt"] == "d"
     summary = api.get("/interrupts/summary", headers=GOOD).json()
     check("summary", summary)
     by_agent = {a["agent"]: a for a in summary["agents"]}

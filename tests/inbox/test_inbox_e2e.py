@@ -139,8 +139,12 @@ async def test_the_view_follows_the_gateway_on_own_and_group_topics(ns: Namespac
         assert listed(team) == {("alpha", "g1", "x")}
         thread = await poll(f"{other}/threads/solo/s1", lambda a: len(a["open"]) == 2)
         check("thread", thread)
-        assert thread["runs"] == [
-            {"run": "rs", "status": "interrupted", "closedAtMs": thread["open"][0]["openedAtMs"]}
+        assert [(r["run"], r["status"], r["closedAtMs"]) for r in thread["runs"]] == [
+            ("rs", "interrupted", thread["open"][0]["openedAtMs"])
+        ]
+        assert [(i["interrupt"], i["status"]) for i in thread["runs"][0]["interrupts"]] == [
+            ("a", "open"),
+            ("b", "open"),
         ]
 
         # answered: alpha's x, and solo's a (b is abandoned)
@@ -171,6 +175,42 @@ async def test_the_view_follows_the_gateway_on_own_and_group_topics(ns: Namespac
         )
         [counted] = [x for x in solo_summary["agents"] if x["agent"] == "solo"]
         assert (counted["uncoveredInterrupts"], counted["unrecognisedEntries"]) == (1, 1)
+
+        # the thread's history: s2's rejected resume and its forwarded one, newest first,
+        # with their codes, and the run the forward started; s1's interrupts closed
+        s2 = await poll(
+            f"{other}/threads/solo/s2", lambda a: len(a["verdicts"] or []) == 2, timeout=90
+        )
+        check("thread", s2)
+        assert s2["verdictsKnown"] and s2["open"] == []
+        forward, reject = s2["verdicts"]
+        assert (reject["verdict"], reject["reasons"], reject["forwardedRun"]) == (
+            "reject", ["uncovered_interrupt"], None,
+        )  # fmt: skip
+        assert (reject["run"], reject["correlationId"]) == ("n3", "solo-s2-short")
+        assert [(e["interrupt"], e["status"], e["forwarded"]) for e in reject["interrupts"]] == [
+            ("c", "resolved", False)
+        ]
+        assert (forward["verdict"], forward["reasons"], forward["forwardedRun"]) == (
+            "forward", [], "n4",
+        )  # fmt: skip
+        assert forward["correlationId"] == "solo-s2"
+        assert forward["attestation"] == "unattested" and forward["subject"] is None
+        assert reject["atMs"] <= forward["atMs"]
+        runs = {r["run"]: r for r in s2["runs"]}
+        assert [(i["interrupt"], i["status"]) for i in runs["r2"]["interrupts"]] == [
+            ("c", "resolved"),
+            ("d", "resolved"),
+        ]
+        assert (runs["n4"]["status"], runs["n4"]["startedAtMs"]) == ("forwarded", forward["atMs"])
+        s1 = await poll(f"{other}/threads/solo/s1", lambda a: len(a["verdicts"] or []) == 1)
+        check("thread", s1)
+        assert [(i["interrupt"], i["status"]) for i in s1["runs"][0]["interrupts"]] == [
+            ("a", "resolved"),
+            ("b", "cancelled"),
+        ]
+        on_gateway = await poll(f"{base}/threads/solo/s2", lambda a: len(a["verdicts"] or []) == 2)
+        assert [v["verdict"] for v in on_gateway["verdicts"]] == ["forward", "reject"]
 
         deadline = time.monotonic() + 10
         while len(changes) < 10 and time.monotonic() < deadline:

@@ -27,6 +27,7 @@ def test_the_gateway_writes_and_the_inbox_reads_nothing_more() -> None:
     settings = Settings(interrupts_topic="x.interrupts")
     assert Acl("topic", "x.interrupts", "literal", "Write", P) in gateway_acls(settings, "bot", P)
     assert inbox_acls(settings, P, "bot") == [
+        Acl("topic", "agui.audit", "literal", "Read", P),
         Acl("topic", "agui.bot.requests", "literal", "Write", P),
         Acl("topic", "agui.inbox-replies", "literal", "Create", P),
         Acl("topic", "agui.inbox-replies", "literal", "Read", P),
@@ -36,11 +37,13 @@ def test_the_gateway_writes_and_the_inbox_reads_nothing_more() -> None:
     ]
     owners = Settings(
         warnings_topic="agui.{agent}.warnings",
+        audit_topic="agui.{agent}.audit",
         interrupts_topic="",
         inbox_page_reply_topic="ops.inbox-replies",
     )
     assert inbox_acls(owners, P, "support") == [
         Acl("topic", "agui.rejections", "literal", "Read", P),
+        Acl("topic", "agui.support.audit", "literal", "Read", P),
         Acl("topic", "agui.support.requests", "literal", "Write", P),
         Acl("topic", "agui.support.warnings", "literal", "Read", P),
         Acl("topic", "ops.inbox-replies", "literal", "Create", P),
@@ -52,6 +55,8 @@ def test_the_gateway_writes_and_the_inbox_reads_nothing_more() -> None:
         assert not any(a.operation == "Write" and "run-requests" in a.name for a in acls)
     off = Settings(interrupts_topic="")
     assert not any(a.name == "x.interrupts" for a in gateway_acls(off, "bot", P))
+    no_trail = Settings(audit_enabled=False)
+    assert not any("audit" in a.name for a in inbox_acls(no_trail, P, "bot"))
 
 
 def test_the_command_prints_the_inbox_readers_acls(capsys) -> None:
@@ -65,6 +70,7 @@ def test_the_command_prints_the_inbox_readers_acls(capsys) -> None:
         for args in lines
     }
     assert operations == {
+        "agui.audit": ["Read"],
         "agui.interrupts": ["Read"],
         "agui.rejections": ["Read"],
         "agui.warnings": ["Read"],

@@ -76,6 +76,10 @@ class MemorySource:
         self.latency: dict[str, tuple[float | None, float | None]] = {}
         self.unrecognised: dict[str, int] = {}
         self.uncovered: dict[str, int] = {}
+        # the thread answer's last verdicts (newest first) by (agent, thread), or why
+        # they are not known
+        self.verdicts: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.verdicts_unknown: str | None = None
 
     # --- changing it --------------------------------------------------------------------
 
@@ -155,12 +159,32 @@ class MemorySource:
             return None
         mine.sort(key=lambda e: e["openedAtMs"])  # then as the run listed them
         runs = sorted({e["run"] for e in mine})
+        known = self.verdicts_unknown is None
         return {
             "agent": agent,
             "thread": thread,
-            "runs": [{"run": r, "status": "interrupted", "closedAtMs": None} for r in runs],
+            "runs": [
+                {
+                    "run": r,
+                    "status": "interrupted",
+                    "startedAtMs": None,
+                    "closedAtMs": min(e["openedAtMs"] for e in mine if e["run"] == r),
+                    "interrupts": [
+                        {"interrupt": e["interrupt"], "status": "open", "closedAtMs": None}
+                        for e in mine
+                        if e["run"] == r
+                    ],
+                    "interruptsOmitted": 0,
+                }
+                for r in runs
+            ],
             "open": [self._aged(e, now) for e in mine],
-            "verdicts": [],
+            "closesWithoutRun": [],
+            "verdicts": self.verdicts.get((agent, thread), []) if known else None,
+            "verdictsKnown": known,
+            "verdictsUnknownReason": self.verdicts_unknown,
+            "verdictsSinceMs": None,
+            "verdictsCaughtUp": known,
         }
 
     def summary(self) -> dict[str, Any]:

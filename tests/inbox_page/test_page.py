@@ -19,6 +19,7 @@ from gateway.client import ReplyTimeout, UnknownAgent, parse_reply
 from gateway.inbox.page import InboxPage, routes
 from gateway.inbox.page.app import CSP
 from gateway.settings import Settings
+from tests.inbox.support import check
 from tests.inbox_page.memory import MemorySource, item
 
 NOW = int(time.time() * 1000)
@@ -185,6 +186,51 @@ def test_the_thread_page_asks_for_every_open_interrupt_in_one_form(source):
     assert "answer or abandon each" in html
     missing = client.get("/inbox/thread", params={"agent": "billing", "thread": "nope"})
     assert missing.status_code == 404
+
+
+def test_the_thread_page_shows_its_runs_and_last_verdicts_escaped(source):
+    source.verdicts[("billing", "t-1")] = [
+        {"verdict": "reject", "reasons": ["uncovered_interrupt", EVIL], "reasonsOmitted": 0,
+         "correlationId": "c-9", "attestation": "verified", "subject": "ada@example.com",
+         "interrupts": [{"interrupt": "approve", "status": "resolved", "forwarded": False}],
+         "interruptsOmitted": 0, "run": "n1", "forwardedRun": None,
+         "atMs": 1_764_000_000_000, "at": "2025-11-24T16:00:00.000Z"},
+        {"verdict": "forward", "reasons": [], "reasonsOmitted": 0, "correlationId": None,
+         "attestation": "unattested", "subject": None, "interrupts": [],
+         "interruptsOmitted": 0, "run": "r-1", "forwardedRun": "r-1",
+         "atMs": 1_763_999_000_000, "at": "2025-11-24T15:43:20.000Z"},
+    ]  # fmt: skip
+    check("thread", source.thread("billing", "t-1"))
+    client = client_for(source, Recording())
+    html = client.get("/inbox/thread", params={"agent": "billing", "thread": "t-1"}).text
+    verdicts = html.split('<section class="verdicts">')[1].split("</section>")[0]
+    first, second = verdicts.split("<li")[1:]
+    assert "<strong>reject</strong>" in first and "uncovered_interrupt" in first
+    assert "by ada@example.com" in first and "approve: resolved" in first and "c-9" in first
+    assert "2025-11-24 16:00:00Z" in first
+    assert "<strong>forward</strong>" in second and "by unattested" in second
+    assert "started r-1" in second
+    assert EVIL not in html
+    runs = html.split('<section class="runs">')[1].split("</section>")[0]
+    assert "r-1" in runs and "approve: open" in runs and "refund: open" in runs
+
+
+def test_the_thread_page_says_when_verdicts_are_not_known(source):
+    source.verdicts_unknown = "topic_missing"
+    check("thread", source.thread("billing", "t-1"))
+    html = (
+        client_for(source, Recording())
+        .get("/inbox/thread", params={"agent": "billing", "thread": "t-1"})
+        .text
+    )
+    assert "Not known: the inbox cannot read this agent&#x27;s audit topic" in html
+    source.verdicts_unknown = None
+    html = (
+        client_for(source, Recording())
+        .get("/inbox/thread", params={"agent": "billing", "thread": "t-1"})
+        .text
+    )
+    assert '<p class="none">None.</p>' in html
 
 
 def test_an_expired_interrupt_can_only_be_abandoned_on_its_thread(source):

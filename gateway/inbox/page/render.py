@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 
 import orjson
 
+from gateway.inbox.items import iso
 from gateway.inbox.page import form
 from gateway.inbox.page.resume import expired
 
@@ -374,24 +375,95 @@ def thread_page(
         )
     else:
         body_form = "<p>No interrupt of this thread is open.</p>"
-    runs = "".join(
-        f"<li>{esc(r.get('run'))}: {esc(r.get('status'))}</li>"
-        for r in answer.get("runs") or []
-        if isinstance(r, dict)
-    )
-    verdicts = "".join(
-        f"<li>{esc(v.get('verdict'))} {esc(', '.join(str(c) for c in v.get('reasons') or []))}</li>"
-        for v in answer.get("verdicts") or []
-        if isinstance(v, dict)
-    )
-    history = (f"<section><h2>Runs</h2><ul>{runs}</ul></section>" if runs else "") + (
-        f"<section><h2>Last verdicts</h2><ul>{verdicts}</ul></section>" if verdicts else ""
-    )
+    history = runs_html(answer) + verdicts_html(answer)
     body = (
         f'{back}<h1 data-agent="{esc(agent)}" data-thread="{esc(thread)}">{esc(title)}</h1>'
         f'<span class="live" id="live">connecting…</span>{body_form}{history}'
     )
     return document(base, title, body)
+
+
+UNKNOWN_VERDICTS = {
+    "audit_disabled": "the audit trail is off (audit_enabled=false)",
+    "starting": "the inbox has not read the audit topic yet",
+    "topic_missing": "the inbox cannot read this agent's audit topic (missing, or no Read ACL)",
+}
+
+
+def _at(ms: object) -> str:
+    """Epoch milliseconds as `2026-12-03 14:02:11Z`, for a person."""
+    if not isinstance(ms, int):
+        return ""
+    text = iso(ms) or ""
+    return text[:19].replace("T", " ") + "Z" if text else ""
+
+
+def runs_html(answer: Mapping[str, Any]) -> str:
+    """The thread's runs the view knows of, each with how its interrupts stand."""
+    rows = []
+    for run in answer.get("runs") or []:
+        if not isinstance(run, dict):
+            continue
+        when = []
+        if run.get("startedAtMs") is not None:
+            when.append(f"forwarded {_at(run.get('startedAtMs'))}")
+        if run.get("closedAtMs") is not None:
+            when.append(f"finished with interrupts {_at(run.get('closedAtMs'))}")
+        interrupts = ", ".join(
+            f"{i.get('interrupt')}: {i.get('status')}"
+            for i in run.get("interrupts") or []
+            if isinstance(i, dict)
+        )
+        rows.append(
+            f'<li class="run"><code>{esc(run.get("run"))}</code> {esc(run.get("status"))}'
+            f"{esc(' (' + ', '.join(when) + ')' if when else '')}"
+            f"{esc(' — ' + interrupts if interrupts else '')}</li>"
+        )
+    for close in answer.get("closesWithoutRun") or []:
+        if isinstance(close, dict):
+            rows.append(
+                f'<li class="run">run not known — {esc(close.get("interrupt"))}: '
+                f"{esc(close.get('status'))} {esc(_at(close.get('closedAtMs')))}</li>"
+            )
+    return f'<section class="runs"><h2>Runs</h2><ul>{"".join(rows)}</ul></section>' if rows else ""
+
+
+def verdicts_html(answer: Mapping[str, Any]) -> str:
+    """The thread's last verdicts, newest first, or why they are not known."""
+    listed = answer.get("verdicts")
+    if listed is None:
+        why = UNKNOWN_VERDICTS.get(str(answer.get("verdictsUnknownReason")), "not read")
+        return (
+            '<section class="verdicts"><h2>Last verdicts</h2>'
+            f'<p class="unknown">Not known: {esc(why)}.</p></section>'
+        )
+    rows = []
+    for v in listed if isinstance(listed, list) else []:
+        if not isinstance(v, dict):
+            continue
+        who = v.get("subject") if v.get("attestation") == "verified" else "unattested"
+        codes = ", ".join(str(c) for c in v.get("reasons") or [])
+        entries = ", ".join(
+            f"{e.get('interrupt')}: {e.get('status')}"
+            for e in v.get("interrupts") or []
+            if isinstance(e, dict)
+        )
+        facts = [f"by {who}"]
+        if entries:
+            facts.append(entries)
+        if v.get("forwardedRun"):
+            facts.append(f"started {v.get('forwardedRun')}")
+        if v.get("correlationId"):
+            facts.append(f"correlation {v.get('correlationId')}")
+        rows.append(
+            f'<li class="verdict {esc(v.get("verdict"))}">{esc(_at(v.get("atMs")))} '
+            f"<strong>{esc(v.get('verdict'))}</strong>"
+            f"{' <code>' + esc(codes) + '</code>' if codes else ''} · {esc(' · '.join(facts))}</li>"
+        )
+    since = answer.get("verdictsSinceMs")
+    note = "None" + (f" since {_at(since)}" if isinstance(since, int) else "") + "."
+    body = f"<ol>{''.join(rows)}</ol>" if rows else f'<p class="none">{esc(note)}</p>'
+    return f'<section class="verdicts"><h2>Last verdicts</h2>{body}</section>'
 
 
 def issues_json(issues: Sequence[Any]) -> list[dict[str, Any]]:

@@ -196,16 +196,20 @@ def _interrupts(settings: Settings, operation: str, principal: str) -> list[Acl]
 def inbox_acls(settings: Settings, principal: str, agent_pattern: str = "*") -> list[Acl]:
     """The inbox's ACLs (`agui-gateway inbox`, or a gateway with inbox_enabled).
 
-    Its reader: Read on the interrupts topic, and on the rejections and warnings topics
-    its summary counts from (the ones for all, or, when those settings are templates,
-    the topics of the agents `agent_pattern` names); it joins no consumer group. Its
+    Its reader: Read on the interrupts topic, on the rejections and warnings topics
+    its summary counts from, and (with audit_enabled) on the audit topic its threads'
+    verdicts come from (the ones for all, or, when those settings are templates, the
+    topics of the agents `agent_pattern` names); it joins no consumer group. Its
     page sends answers as any client does: Write on the requests topics of the agents
     (or groups) `agent_pattern` names, and Read and Create on `inbox_page_reply_topic`,
     where the verdicts come back (read without a consumer group). Nothing else: no
     run-requests topic, so an answer can only reach an agent through the gateway."""
     topic = _agent_topics(settings, agent_pattern, principal)
     acls = _interrupts(settings, "Read", principal)
-    for name in (settings.rejections_topic, settings.warnings_topic):
+    names = [settings.rejections_topic, settings.warnings_topic]
+    if settings.audit_enabled:
+        names.append(settings.audit_topic)
+    for name in names:
         acls += _shared_or_own(settings, topic, principal, name, "Read")
     acls += topic(settings.requests_topic, "Write")
     acls += [
