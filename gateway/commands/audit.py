@@ -181,7 +181,7 @@ async def read(
 
 async def _seek(consumer: Any, tps: list[TopicPartition], since_ms: int | None) -> None:
     if since_ms is None:
-        consumer.seek_to_beginning(*tps)
+        await consumer.seek_to_beginning(*tps)
         return
     start = max(0, since_ms - SINCE_MARGIN_MS)
     found = await asyncio.wait_for(
