@@ -45,6 +45,7 @@ from gateway.kafka.assign.status import Status
 from gateway.kafka.exactly_once.checkpoint import Checkpoint
 from gateway.kafka.exactly_once.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.exactly_once.pacing import CommitPacing
+from gateway.kafka.exactly_once.transaction import read_failure
 from gateway.kafka.pairs.agents import layout_for
 from gateway.kafka.pairs.pair import PairContext, PartitionPair
 from gateway.kafka.pairs.slot import PairKey, PairSlot
@@ -80,6 +81,17 @@ CONSUMER = "consumer"  # /readyz `denied` key (and gauge agent) of the consumer'
 
 FLAPPING_ASSIGNMENTS = 5  # assignments within FLAPPING_WINDOW_S that look like a name clash
 FLAPPING_WINDOW_S = 30.0
+
+
+def _read_abandoned_waiters(consumer: AIOKafkaConsumer) -> None:
+    """A `getmany` cancelled while it waits for records leaves aiokafka's fetch waiter
+    pending (`asyncio.wait` does not cancel what it waits on); a refusal of the group
+    later sets its error on that waiter, which nobody awaits any more, and asyncio logs
+    it as "Future exception was never retrieved". Read each one's error when it comes:
+    the refusal itself reaches the next `getmany`, where it is handled."""
+    fetcher = getattr(consumer, "_fetcher", None)  # reach: the waiters are aiokafka's own
+    for waiter in list(getattr(fetcher, "_fetch_waiters", ())):
+        waiter.add_done_callback(read_failure)
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -278,6 +290,7 @@ class Gateway:
             waiter.cancel()
             if not getter.done():
                 getter.cancel()  # before it took any record: they stay in its buffer
+                _read_abandoned_waiters(consumer)
         try:
             return await getter
         except asyncio.CancelledError:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 
 from gateway.kafka.exactly_once.checkpoint import Outcome, Strategy, Work
 from gateway.kafka.exactly_once.pacing import CommitPacing
@@ -241,5 +242,17 @@ class Committer:
         if self.denials.note(slot.key, result.error):
             self.changed()
         await self.checkpoint.close(slot.key)
-        await self.checkpoint.rewind(slot.tps(), slot.committed)
+        try:
+            await self.checkpoint.rewind(slot.tps(), slot.committed)
+        except KafkaError as exc:
+            # the group's offsets refused it, or aiokafka raised an error it kept for the
+            # group: the pair stays paused, and its prepare, which follows, seeks to the
+            # committed offsets again (with its own retries)
+            if self.denials.note(slot.key, exc, "Read"):
+                self.changed()
+            else:
+                log.warning(
+                    "could not rewind a pair after its commit failed; it is prepared again",
+                    extra={"agent": slot.key[0], "partition": slot.key[1], "error": repr(exc)},
+                )
         return None, self.holder.holds(slot)
