@@ -209,6 +209,11 @@ class Settings(BaseSettings):
     interrupt (keyed by agent, thread and interrupt id) and a tombstone when it closes,
     written in the same transaction as the state change; made by `topics create`. Empty:
     not written (the inbox then has nothing to show)."""
+    interrupts_topic_runs: bool = True
+    """Also write to interrupts_topic, per thread, how its latest run closed (succeeded,
+    interrupted, cancelled, failed: one small record per closed run, keyed by the thread,
+    a tombstone when retention forgets it), so the inbox's thread answer tells every run's
+    close, not only those that ended with interrupts. False saves that record."""
     agent_name_pattern: str = r"[A-Za-z0-9_-]+"
     """Regular expression an agent's name ({agent}) must match; a group's name too."""
     groups: dict[str, AgentGroup] = {}

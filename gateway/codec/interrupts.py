@@ -9,6 +9,12 @@ Open, here, is what a person can still answer: the thread's open interrupts less
 a forward already answered and the agent has not yet moved on from. Held interrupts
 (a continuation run is active) are not open.
 
+Beside them, one record per thread says how its latest run closed (`RunClosed`: run id,
+status, when), written when a run closes and a tombstone when the thread is forgotten,
+so that the inbox can tell a thread's runs and how each closed, not only those that
+ended with interrupts. Its key is the thread's alone (`run_key`), which no interrupt's
+key can be (an interrupt's always has a separator after the thread).
+
 Key: agent, thread and interrupt id, each length-prefixed
 (`<len>:<agent>:<len>:<thread>:<interrupt>`, as the changelog's group keys). Value:
 JSON (`Opened.to_json`), bounded: a message over `MAX_MESSAGE_CHARS` is cut and a
@@ -28,7 +34,7 @@ import orjson
 
 from gateway.core.reading import expiry
 from gateway.core.requests.sweep import answered_ids
-from gateway.core.values.thread import InterruptRecord, ThreadState
+from gateway.core.values.thread import InterruptRecord, RunStatus, ThreadState
 
 FORMAT_VERSION = 1
 MAX_MESSAGE_CHARS = 4_096
@@ -40,6 +46,7 @@ HEADER_CLOSED = "agui-closed"  # how it closed: one of CLOSE_STATUSES
 HEADER_CLOSED_AT = "agui-closed-at-ms"
 HEADER_OPENED_AT = "agui-opened-at-ms"
 CLOSE_STATUSES = ("resolved", "cancelled", "expired", "superseded")
+RUN_STATUSES = ("succeeded", "interrupted", "cancelled", "failed")  # how a run closed
 
 
 class InterruptKeyError(ValueError):
@@ -52,19 +59,36 @@ def key(agent: str, thread: str, interrupt: str) -> bytes:
     )
 
 
+def run_key(agent: str, thread: str) -> bytes:
+    """The key of a thread's run record."""
+    return f"{len(agent)}:{agent}:{len(thread)}:{thread}".encode("utf-8", "surrogatepass")
+
+
 def split_key(raw: bytes) -> tuple[str, str, str]:
-    """(agent, thread, interrupt) of a key; InterruptKeyError when it is not one."""
+    """(agent, thread, interrupt) of an interrupt's key; InterruptKeyError when it is not
+    one (a run record's key included)."""
+    agent, thread, interrupt = parse_key(raw)
+    if interrupt is None:
+        raise InterruptKeyError("a run record's key, not an interrupt's")
+    return agent, thread, interrupt
+
+
+def parse_key(raw: bytes) -> tuple[str, str, str | None]:
+    """(agent, thread, interrupt) of a key, the interrupt None for a run record's key;
+    InterruptKeyError when it is neither."""
     try:
         text = raw.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
         raise InterruptKeyError("key is not UTF-8") from exc
     parts: list[str] = []
     rest = text
-    for _ in range(2):
+    for part in range(2):
         length, colon, rest = rest.partition(":")
         if not colon or not (length.isascii() and length.isdigit()) or len(length) > 6:
             raise InterruptKeyError("key has no length prefix")
         n = int(length)
+        if part == 1 and len(rest) == n:  # the thread, and nothing after it
+            return parts[0], rest, None
         if len(rest) <= n or rest[n] != ":":
             raise InterruptKeyError("key's length prefix does not fit")
         parts.append(rest[:n])
@@ -181,6 +205,90 @@ def open_interrupts(state: ThreadState | None) -> dict[str, InterruptRecord]:
         return {}
     answered = answered_ids(state)
     return {i.id: i for i in state.interrupts if i.id not in answered}
+
+
+@dataclass(frozen=True, slots=True)
+class RunClosed:
+    """How a thread's latest run closed, as its run record carries it."""
+
+    agent: str
+    thread: str
+    run: str | None
+    status: str  # one of RUN_STATUSES
+    closed_at_ms: int
+    group: str | None = None
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "v": FORMAT_VERSION,
+                "kind": "run",
+                "agent": self.agent,
+                "thread": self.thread,
+                "run": self.run,
+                "status": self.status,
+                "closedAtMs": self.closed_at_ms,
+                "group": self.group,
+            }
+        )
+
+    @staticmethod
+    def from_json(value: bytes) -> RunClosed:
+        """Read a value; ValueError when it is not a run record."""
+        body = orjson.loads(value)
+        if not isinstance(body, dict) or body.get("v") != FORMAT_VERSION:
+            raise ValueError("not a run record of a known version")
+        if body.get("kind") != "run" or body.get("status") not in RUN_STATUSES:
+            raise ValueError("not a run record, or a run status this reader does not know")
+        try:
+            return RunClosed(
+                agent=_text(body["agent"]),
+                thread=_text(body["thread"]),
+                run=_maybe_text(body.get("run")),
+                status=body["status"],
+                closed_at_ms=int(body["closedAtMs"]),
+                group=_maybe_text(body.get("group")),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"run record lacks a member: {exc}") from exc
+
+
+_CLOSED_RUN = {
+    RunStatus.SUCCEEDED: "succeeded",
+    RunStatus.INTERRUPTED: "interrupted",
+    RunStatus.CANCELLED: "cancelled",
+    RunStatus.FAILED: "failed",
+}
+
+
+def run_record(
+    agent: str,
+    thread: str,
+    old: ThreadState | None,
+    new: ThreadState | None,
+    at_ms: int,
+    group: str | None = None,
+) -> tuple[bytes, bytes | None] | None:
+    """The thread's run record (key, value) for a change from `old` to `new`: how its
+    latest run closed, when the run or how it stands changed to closed (a late
+    RUN_ERROR makes a finished run failed); a tombstone when the thread is forgotten;
+    None otherwise."""
+    if new is None:
+        return None if old is None else (run_key(agent, thread), None)
+    status = _CLOSED_RUN.get(new.status)
+    if status is None:
+        return None
+    if old is not None and (old.run_id, old.status) == (new.run_id, new.status):
+        return None
+    closed = RunClosed(
+        agent,
+        thread,
+        new.run_id,
+        status,
+        new.closed_at_ms if new.closed_at_ms is not None else at_ms,
+        group,
+    )
+    return run_key(agent, thread), closed.to_json()
 
 
 def changes(

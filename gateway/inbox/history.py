@@ -3,10 +3,11 @@
 Pure: no Kafka, no clock (times are the records' own). Per thread (agent, thread):
 
 - its last `MAX_VERDICTS` verdicts (from the audit topic), each its answer JSON;
-- the runs it knows of (at most `MAX_RUNS`, the newest): a run the interrupts topic
-  says finished with interrupts (when: its `RUN_FINISHED` time) and a run a forwarded
-  resume started (when: the decision's time), each with its interrupts (at most
-  `MAX_RUN_INTERRUPTS`) and how each closed (the tombstone's status and time);
+- the runs it knows of (at most `MAX_RUNS`, the newest): a run whose close the
+  interrupts topic's run record says (how, and when), a run it says finished with
+  interrupts (when: its `RUN_FINISHED` time) and a run a forwarded resume started
+  (when: the decision's time), each with its interrupts (at most `MAX_RUN_INTERRUPTS`)
+  and how each closed (the tombstone's status and time);
 - the closes of interrupts whose run it never saw opening (their open record was
   compacted away before the view read it), the last `MAX_LOOSE_CLOSES`.
 
@@ -17,9 +18,10 @@ strings (4 bytes a character when not ASCII) and verdict JSON plus a measured ov
 per thread, run, interrupt, close and verdict (tracemalloc: see the inbox guide; a test
 holds the counted bytes above what tracemalloc sees).
 
-What it cannot know it does not say: a run that finished without an interrupt and was
-not started by a decided request is in neither topic, so not here; whether a
-forwarded run is still running or finished is not known (only that it was started).
+What it cannot know it does not say: the topic keeps only each thread's latest run
+record, so a view started later knows of older runs only what their interrupts and
+the audit trail say; a run still running is not in either topic (a forwarded one shows
+as forwarded until its close is read).
 """
 
 from __future__ import annotations
@@ -58,10 +60,11 @@ class Run:
     interrupts, and its interrupts (id -> how it stands, closed at, its place among
     the run's interrupts)."""
 
-    __slots__ = ("run", "started_at_ms", "finished_at_ms", "interrupts", "omitted")
+    __slots__ = ("run", "status", "started_at_ms", "finished_at_ms", "interrupts", "omitted")
 
     def __init__(self, run: str) -> None:
         self.run = run
+        self.status: str | None = None  # how it closed, from its run record; None: not said
         self.started_at_ms: int | None = None
         self.finished_at_ms: int | None = None
         self.interrupts: dict[str, tuple[str, int | None, int]] = {}
@@ -200,6 +203,19 @@ class History:
             if not any(close.same(other) for other in entry.loose):
                 entry.loose.append(close)
                 del entry.loose[:-MAX_LOOSE_CLOSES]
+        self._settle(entry)
+
+    def run_closed(
+        self, agent: str, thread: str, run: str | None, status: str, closed_at_ms: int
+    ) -> None:
+        """The thread's run closed (`status`: succeeded, interrupted, cancelled, failed)."""
+        if run is None:
+            return
+        entry = self._touch(agent, thread, closed_at_ms)
+        found = entry.run(run)
+        found.status = status
+        if found.finished_at_ms is None:
+            found.finished_at_ms = closed_at_ms
         self._settle(entry)
 
     def verdict(self, verdict: Verdict, at: Position | None = None) -> bool:

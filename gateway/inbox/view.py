@@ -77,11 +77,19 @@ class InboxView:
     def apply(self, key: bytes | None, value: bytes | None, headers: Mapping[str, bytes]) -> None:
         """One interrupts topic record."""
         try:
-            agent, thread, interrupt = records.split_key(key or b"")
-            opened = None if value is None else records.Opened.from_json(value)
+            agent, thread, interrupt = records.parse_key(key or b"")
+            if interrupt is None:  # a thread's run record: how its latest run closed
+                ran = None if value is None else records.RunClosed.from_json(value)
+                opened = None
+            else:
+                opened = None if value is None else records.Opened.from_json(value)
         except ValueError as exc:
             self.unreadable += 1
             log.warning("unreadable interrupts topic record skipped", extra={"error": str(exc)})
+            return
+        if interrupt is None:
+            if ran is not None:  # (a tombstone: the thread forgotten; its past stays)
+                self.history.run_closed(agent, thread, ran.run, ran.status, ran.closed_at_ms)
             return
         if opened is not None:
             self.history.opened(
@@ -273,7 +281,8 @@ def _runs(shown: list[dict[str, Any]], past: Past | None) -> list[dict[str, Any]
         for kept in past.runs.values():
             runs[kept.run] = {
                 "run": kept.run,
-                "status": "interrupted" if kept.finished_at_ms is not None else "forwarded",
+                "status": kept.status
+                or ("interrupted" if kept.finished_at_ms is not None else "forwarded"),
                 "startedAtMs": kept.started_at_ms,
                 "closedAtMs": kept.finished_at_ms,
                 "interrupts": {

@@ -208,6 +208,7 @@ class Gateway:
             approvers=tuple(rule.rule() for rule in settings.approvers),
             verifier=verifier(settings),
             interrupts_topic=settings.interrupts_topic or None,
+            interrupts_runs=settings.interrupts_topic_runs,
         )
         approver_warnings(settings)
         self.status = Status(metrics.gauges)

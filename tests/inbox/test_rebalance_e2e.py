@@ -366,6 +366,14 @@ async def inbox_thread(base: str, agent: str, thread: str) -> set[Item]:
     return {item(i) for i in body["open"]}
 
 
+async def inbox_runs(base: str, agent: str, thread: str) -> dict[str, str]:
+    """The runs GET /threads/... shows for a thread, each with how it closed."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        answer = await client.get(f"{base}/threads/{agent}/{thread}", headers=AUTH)
+    assert answer.status_code == 200, answer.text
+    return {run["run"]: run["status"] for run in answer.json()["runs"]}
+
+
 async def agree(
     ns: Namespace, base: str, timeout: float = 30
 ) -> tuple[set[Item], tuple[set[Item], int]]:
@@ -462,7 +470,18 @@ async def test_the_inbox_lists_what_the_gateway_holds_across_kill_9_and_restarts
 
             # not vacuous: interrupts open, closes of every kind, the verdicts of each sort
             assert len(listed_open) >= 5, listed_open
-            written = await broker.everything(ns.interrupts)
+            everything = await broker.everything(ns.interrupts)
+            written = [r for r in everything if records.parse_key(r.key)[2] is not None]
+            ran = [r for r in everything if records.parse_key(r.key)[2] is None]
+            statuses = Counter(records.RunClosed.from_json(r.value).status for r in ran if r.value)
+            assert {"interrupted", "succeeded", "failed"} <= set(statuses), statuses
+            # how each thread's latest run closed, as the gateway holds it, in the inbox
+            states = await gateway_states(ns)
+            for (agent, thread), state in states.items():
+                if state.run_id is None or not state.is_closed:
+                    continue
+                runs = await inbox_runs(base, agent, thread)
+                assert runs.get(state.run_id) == str(state.status), (agent, thread, runs)
             closes = Counter(header(r, records.HEADER_CLOSED) for r in written if r.value is None)
             assert set(closes) == set(records.CLOSE_STATUSES), closes
             assert sum(1 for r in written if r.value is not None) == sum(closes.values()) + len(

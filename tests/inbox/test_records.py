@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.codec import interrupts as records
 from gateway.codec.records import OutRecord
-from gateway.core.values.thread import InterruptRecord, ThreadState
+from gateway.core.values.thread import InterruptRecord, RunStatus, ThreadState
 from gateway.kafka.pairs.agents import GroupTopics
 from gateway.kafka.pairs.pair import PairContext, PartitionPair
 from gateway.kafka.wire.topics import AgentTopics
@@ -22,7 +22,10 @@ TOPIC = "agui.interrupts"
 
 
 def make_pair(
-    topic: str | None = TOPIC, retention: Retention | None = None, group: bool = False
+    topic: str | None = TOPIC,
+    retention: Retention | None = None,
+    group: bool = False,
+    runs: bool = True,
 ) -> PartitionPair:
     ctx = PairContext(
         False,
@@ -32,6 +35,7 @@ def make_pair(
         WarningLimiter(5, 60_000),
         {"replies"}.__contains__,
         interrupts_topic=topic,
+        interrupts_runs=runs,
     )
     if not group:
         return PartitionPair(TOPICS, 0, ctx)
@@ -43,8 +47,23 @@ def make_pair(
     return PartitionPair(topics, 0, ctx, GroupTopics("team", settings))
 
 
+def is_run(record: OutRecord) -> bool:
+    return records.parse_key(record.key or b"")[2] is None
+
+
 def inbox_out(pair: PartitionPair) -> list[OutRecord]:
-    return [r for r in pair.round.records() if r.topic == TOPIC]
+    """The round's interrupts records (its run records left out: see `runs_out`)."""
+    return [r for r in pair.round.records() if r.topic == TOPIC and not is_run(r)]
+
+
+def runs_out(pair: PartitionPair, feed: Feed, side: str, value, ts: int) -> list[OutRecord]:
+    """One record processed in a round of its own; that round's run records."""
+    pair.take(side, [feed.rec(side, value, ts)])
+    pair.set_fence(events_end=feed.offsets["events"])
+    pair.process(events_position=feed.offsets["events"], mono_now=0.0, wall_ms=ts)
+    found = [r for r in pair.round.records() if r.topic == TOPIC and is_run(r)]
+    commit(pair)
+    return found
 
 
 def commit(pair: PartitionPair) -> None:
@@ -222,3 +241,58 @@ def test_the_tool_s_name_is_carried_when_the_run_announced_the_call():
     assert records.Opened.from_json(opened["a"].value or b"").tool_name == "transfer"
     assert "toolName" not in orjson.loads(opened["b"].value or b"")  # as before: no member
     assert records.Opened.from_json(opened["b"].value or b"").tool_name is None
+
+
+# --- run records: how each thread's latest run closed --------------------------------------
+
+
+def test_a_run_record_is_keyed_by_the_thread_alone_which_no_interrupt_key_can_be():
+    assert records.parse_key(records.run_key("bot", "t:1")) == ("bot", "t:1", None)
+    assert records.parse_key(records.key("bot", "t:1", "")) == ("bot", "t:1", "")
+    with pytest.raises(records.InterruptKeyError):
+        records.split_key(records.run_key("bot", "t1"))
+    for raw in (b"3:bot", b"3:bot:2:t", b"3:bot:x:t1"):
+        with pytest.raises(records.InterruptKeyError):
+            records.parse_key(raw)
+
+
+def test_each_close_of_a_run_writes_how_it_closed_and_a_run_still_running_nothing():
+    pair, f = make_pair(), Feed()
+    assert runs_out(pair, f, "events", started("r1"), 10) == []
+    [record] = runs_out(pair, f, "events", interrupted("r1", "a"), 20)
+    assert record.key == records.run_key("bot", "t1")
+    closed = records.RunClosed.from_json(record.value or b"")
+    assert (closed.run, closed.status, closed.agent, closed.thread) == (
+        "r1",
+        "interrupted",
+        "bot",
+        "t1",
+    )
+    assert runs_out(pair, f, "events", started("r2"), 30) == []
+    finished = {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r2"}
+    [record] = runs_out(pair, f, "events", finished, 40)
+    assert records.RunClosed.from_json(record.value or b"").status == "succeeded"
+    late = {"type": "RUN_ERROR", "message": "boom"}
+    [record] = runs_out(pair, f, "events", late, 50)  # a late RUN_ERROR: the run failed
+    assert records.RunClosed.from_json(record.value or b"").status == "failed"
+
+
+def test_a_forgotten_thread_s_run_record_is_a_tombstone():
+    old = ThreadState("t1", status=RunStatus.SUCCEEDED, run_id="r1", closed_at_ms=5)
+    assert records.run_record("bot", "t1", old, None, 10) == (records.run_key("bot", "t1"), None)
+    assert records.run_record("bot", "t1", None, None, 10) is None
+    assert records.run_record("bot", "t1", old, old, 10) is None  # nothing changed
+    active = ThreadState("t1", status=RunStatus.ACTIVE, run_id="r2")
+    assert records.run_record("bot", "t1", old, active, 10) is None
+
+
+@pytest.mark.parametrize("value", [b"{}", b'{"v":1,"kind":"run","status":"later"}', b"[]"])
+def test_a_value_that_is_not_a_run_record_is_refused(value):
+    with pytest.raises(ValueError):
+        records.RunClosed.from_json(value)
+
+
+def test_without_run_records_a_run_s_close_writes_none():
+    pair, f = make_pair(runs=False), Feed()
+    runs_out(pair, f, "events", started("r1"), 10)
+    assert runs_out(pair, f, "events", interrupted("r1", "a"), 20) == []

@@ -7,6 +7,7 @@ import asyncio
 import orjson
 import pytest
 
+from gateway.codec import interrupts as records
 from gateway.inbox.view import MAX_PENDING_CHANGES, InboxView
 from tests.inbox.support import audit, check, closed, opened
 
@@ -220,6 +221,44 @@ def test_a_thread_shows_its_runs_how_their_interrupts_closed_and_its_verdicts() 
     assert (reject["attestation"], reject["subject"], reject["atMs"]) == ("unattested", None, 3_000)
     assert answer["verdictsKnown"] and answer["verdictsUnknownReason"] is None
     assert answer["verdictsSinceMs"] == 50 and answer["closesWithoutRun"] == []
+
+
+def test_a_thread_shows_how_each_run_closed_from_its_run_records() -> None:
+    """A run that succeeded, failed or was cancelled is in the answer, as the thread's
+    run records say; a forwarded run shows as forwarded until its close is read."""
+    view = view_with(opened("bot", "t1", "a", 1_000, run="r1"))
+    reading(view)
+
+    def ran(run: str, status: str, at_ms: int) -> None:
+        value = records.RunClosed("bot", "t1", run, status, at_ms).to_json()
+        view.apply(records.run_key("bot", "t1"), value, {})
+
+    ran("r1", "interrupted", 1_000)
+    view.verdict(audit(run="n2", at_ms=2_000, entries=(("a", "resolved"),)), ("au", 0, 1))
+    key, headers = closed("bot", "t1", "a", "resolved", at_ms=2_000, opened_at_ms=1_000)
+    view.apply(key, None, headers)
+    answer = view.thread("bot", "t1")
+    assert answer is not None
+    assert [(r["run"], r["status"]) for r in answer["runs"]] == [
+        ("r1", "interrupted"),
+        ("n2", "forwarded"),
+    ]
+    ran("n2", "succeeded", 2_500)
+    ran("r3", "failed", 3_000)
+    ran("r4", "cancelled", 4_000)
+    view.apply(records.run_key("bot", "t1"), None, {})  # the thread forgotten: its past stays
+    answer = view.thread("bot", "t1")
+    assert answer is not None
+    check("thread", answer)
+    assert [(r["run"], r["status"], r["closedAtMs"]) for r in answer["runs"]] == [
+        ("r1", "interrupted", 1_000),
+        ("n2", "succeeded", 2_500),
+        ("r3", "failed", 3_000),
+        ("r4", "cancelled", 4_000),
+    ]
+    assert view.unreadable == 0
+    view.apply(records.run_key("bot", "t1"), b'{"v":1,"kind":"run","status":"later"}', {})
+    assert view.unreadable == 1
 
 
 def test_a_thread_with_nothing_open_is_still_answered_from_its_history() -> None:

@@ -96,8 +96,9 @@ async def tail_interrupts(ns: Namespace, seen: dict[str, float]) -> None:
             now = time.monotonic()
             for messages in batch.values():
                 for message in messages:
-                    if message.value is not None:
-                        seen.setdefault(records.split_key(message.key)[2], now)
+                    interrupt = records.parse_key(message.key)[2]
+                    if message.value is not None and interrupt is not None:
+                        seen.setdefault(interrupt, now)
     finally:
         await consumer.stop()
 

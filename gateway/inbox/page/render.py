@@ -408,7 +408,7 @@ def runs_html(answer: Mapping[str, Any]) -> str:
         if run.get("startedAtMs") is not None:
             when.append(f"forwarded {_at(run.get('startedAtMs'))}")
         if run.get("closedAtMs") is not None:
-            when.append(f"finished with interrupts {_at(run.get('closedAtMs'))}")
+            when.append(f"closed {_at(run.get('closedAtMs'))}")
         interrupts = ", ".join(
             f"{i.get('interrupt')}: {i.get('status')}"
             for i in run.get("interrupts") or []

@@ -78,6 +78,7 @@ class PairContext:
     approvers: tuple[ApproverRule, ...] = ()
     verifier: Verifier | None = None
     interrupts_topic: str | None = None  # the inbox's compacted topic (None: not written)
+    interrupts_runs: bool = True  # each thread's run record written there too
 
 
 class PartitionPair:
@@ -104,7 +105,12 @@ class PartitionPair:
         self.inbox = (
             None
             if not context.interrupts_topic
-            else InboxTarget(context.interrupts_topic, self.layout.split, self.layout.group)
+            else InboxTarget(
+                context.interrupts_topic,
+                self.layout.split,
+                self.layout.group,
+                context.interrupts_runs,
+            )
         )
         self.round = self._new_round()  # the open round, being filled
         self.sealed: Round | None = None  # the round whose transaction is being committed

@@ -29,11 +29,13 @@ log = logging.getLogger("gateway.round")
 @dataclass(frozen=True, slots=True)
 class InboxTarget:
     """Where a pair's rounds write the interrupts topic, and how its keys split into
-    (agent, threadId); `group` is the pair's group (None on an agent's own topics)."""
+    (agent, threadId); `group` is the pair's group (None on an agent's own topics);
+    `runs`: whether each thread's run record is written too."""
 
     topic: str
     split: Callable[[str], tuple[str, str]]
     group: str | None = None
+    runs: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +186,8 @@ class Round:
         return self.out + changelog_out + self.inbox_records()
 
     def inbox_records(self) -> list[OutRecord]:
-        """The interrupts opened and closed by this round's state changes (none when the
-        interrupts topic is off)."""
+        """The interrupts opened and closed by this round's state changes, and the runs
+        they closed (none when the interrupts topic is off)."""
         inbox = self.inbox
         if inbox is None:
             return []
@@ -205,6 +207,11 @@ class Round:
                     self.answers.get(thread_key),
                     inbox.group,
                 )
+                ran = (
+                    inbox_records.run_record(agent, thread, old, new, self.at_ms, inbox.group)
+                    if inbox.runs
+                    else None
+                )
             except Exception:
                 log.exception(
                     "internal error deriving a thread's interrupts topic records; skipped",
@@ -217,6 +224,8 @@ class Round:
                     out.append(OutRecord(inbox.topic, record_key, None, change.headers()))
                 else:
                     out.append(OutRecord(inbox.topic, record_key, change.to_json()))
+            if ran is not None:
+                out.append(OutRecord(inbox.topic, *ran))
         return out
 
     def changelog_records(self) -> list[OutRecord]:
