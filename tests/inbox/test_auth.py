@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from joserfc.jwk import KeySet
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from starlette.requests import Request
@@ -36,8 +37,6 @@ ALICE = {"sub": "alice", "realm": {"roles": ["approvers", "staff"]}}
 
 @pytest.fixture
 def jwks(tmp_path: Path) -> Path:
-    from joserfc.jwk import KeySet
-
     path = tmp_path / "jwks.json"
     path.write_text(json.dumps(KeySet([KEY]).as_dict(private=False)))
     return path
@@ -305,3 +304,20 @@ def test_with_the_token_only_the_answer_stays_unattested(jwks, signing_key) -> N
     assert answer["sent"] is True and answer["attestedAs"] is None
     assert "unattested" not in answer  # nobody's identity was there to lose
     assert [identity for *_rest, identity in sender.sent] == [None]
+
+
+async def test_while_a_jwks_url_gives_no_keys_a_jwt_is_refused_saying_so() -> None:
+    s = Settings(
+        edge_jwt_jwks_url="http://127.0.0.1:1/jwks.json",  # nothing listens there
+        edge_jwt_issuer=ISSUER,
+        edge_jwt_audience=AUDIENCE,
+        edge_jwks_min_refresh_s=0,
+    )
+    auth = Authorizer(s)
+    await auth.start()  # logged, not raised: the inbox serves the token meanwhile
+    refused = await auth.authorize(request(bearer(token(**ALICE))))
+    assert isinstance(refused, Refused) and "could not be fetched" in refused.detail
+    # once the keys are there (the identity provider is back), the same token is taken
+    assert auth.tokens is not None
+    auth.tokens.keys = KeySet([KEY])
+    assert isinstance(await auth.authorize(request(bearer(token(**ALICE)))), Principal)
