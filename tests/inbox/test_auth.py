@@ -241,6 +241,20 @@ def test_the_api_takes_the_token_or_a_jwt_and_says_why_it_refuses(jwks) -> None:
     assert api.get("/interrupts").status_code == 401
 
 
+def test_a_proxy_adding_the_persons_jwt_needs_no_sign_in(jwks, signing_key) -> None:
+    inbox, sender = service(settings(jwks, signing_key))
+    api = client(inbox)
+    jwt = bearer(token(**ALICE))
+    page = api.get("/inbox", headers=jwt)
+    assert page.status_code == 200 and "Signed in as <strong>alice</strong>" in page.text
+    form = {"agent": "bot", "thread": "t1", "0.id": "approve-refund", "0.status": "cancelled"}
+    assert api.post("/inbox/answer", data=form, headers=jwt).json()["attestedAs"] == "alice"
+    assert sender.sent[0][2] == Identity("alice", ("approvers", "staff"), ISSUER)
+    # a bearer header decides: a wrong one is refused, whatever session comes with it
+    sign_in(api, TOKEN)
+    assert api.get("/inbox", headers=bearer(token(aud="someone-else"))).status_code == 303
+
+
 def test_signing_in_with_a_jwt_shows_who_and_the_cookie_holds_no_token(jwks, caplog) -> None:
     caplog.set_level(logging.DEBUG)
     api = client(service(settings(jwks))[0])
