@@ -335,3 +335,15 @@ async def test_while_a_jwks_url_gives_no_keys_a_jwt_is_refused_saying_so() -> No
     assert auth.tokens is not None
     auth.tokens.keys = KeySet([KEY])
     assert isinstance(await auth.authorize(request(bearer(token(**ALICE)))), Principal)
+
+
+def test_an_inbox_verifying_people_without_a_signing_key_warns_at_start(
+    jwks, signing_key, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.inbox")
+    InboxService(settings(jwks), CollectorRegistry())
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("no signing key" in m and "unattested" in m for m in warned), warned
+    caplog.clear()
+    InboxService(settings(jwks, signing_key), CollectorRegistry())
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
