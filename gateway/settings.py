@@ -243,11 +243,13 @@ class Settings(BaseSettings):
     attest_keys_reload_s: float = Field(default=5.0, gt=0)
     """Longest interval between two looks at attest_trusted_keys_file for a change."""
     attest_key_id: str | None = None
-    """The edge's (or a GatewayClient's) signing key id: the id the gateway trusts its
-    public key under."""
+    """The edge's (or the inbox's, or a GatewayClient's) signing key id: the id the
+    gateway trusts its public key under."""
     attest_private_key_file: Path | None = None
-    """The edge's (or a GatewayClient's) Ed25519 private key (PEM, PKCS#8): signs the
-    identity it verified onto each request record. Read at start, never logged."""
+    """The edge's (or the inbox's, or a GatewayClient's) Ed25519 private key (PEM,
+    PKCS#8): signs the identity it verified onto each request record (the inbox: a
+    signed-in person's answers; it also derives the key sealing their sessions). Read at
+    start, never logged."""
 
     @model_validator(mode="after")
     def _signing_key_named(self) -> Settings:
@@ -494,7 +496,9 @@ class Settings(BaseSettings):
     edge_jwt_jwks_file: Path | None = None
     """Verify callers' bearer tokens (JWT) with the keys of this JWKS file; with it (or
     edge_jwt_jwks_url) every run request needs a valid token, else 401. Unset (with the
-    URL unset): callers are not verified and their requests carry no identity."""
+    URL unset): callers are not verified and their requests carry no identity. The inbox
+    (API and page) verifies people's tokens with these same edge_jwt_* settings, beside
+    inbox_token."""
     edge_jwt_jwks_url: str | None = None
     """Verify callers' bearer tokens with the keys of this JWKS URL (fetched at start, and
     again when a token names a key id it does not hold)."""
@@ -551,8 +555,10 @@ class Settings(BaseSettings):
     inbox_token: SecretStr | None = None
     """Bearer token the inbox's API and page ask for (`Authorization: Bearer <token>`, or
     the session cookie a browser gets by giving it once at `/inbox/login`: an HMAC under
-    the token, not the token). Unset: every request is refused (401) unless inbox_open
-    says otherwise."""
+    the token, not the token): an operator's or a service's credential, with no person's
+    identity (answers sent with it are unattested). People may use a JWT instead where
+    the edge's token settings (edge_jwt_*) are set. Unset (and no JWKS): every request
+    is refused (401) unless inbox_open says otherwise."""
     inbox_open: bool = False
     """Serve the inbox's API and page with no token at all (for a trusted network only)."""
     inbox_max_open: int = Field(default=200_000, ge=1)

@@ -7,6 +7,7 @@ and its `exp` (and `nbf`, `iat` when present, within `edge_jwt_leeway_s`) are ch
 joserfc. The identity is its `sub`, its groups or roles the `edge_jwt_groups_claim`
 claim (a dotted path; a list of strings, or one space-separated string). A request that
 fails is answered 401 with the reason; the token itself is never logged nor echoed.
+The inbox (`gateway.inbox.auth`) verifies its people's tokens with this same verifier.
 
 With `edge_client_certs` on, a TLS client certificate (verified by the handshake against
 `edge_ssl_ca_certs`) is the caller's identity where no bearer token is given: its
@@ -25,7 +26,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 from joserfc import jwt
@@ -55,6 +56,13 @@ class Unauthorized(Exception):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+
+class Verified(NamedTuple):
+    """A verified token's identity and its expiry (`exp`, epoch seconds)."""
+
+    identity: Identity
+    expires_at: int
 
 
 class JwksError(RuntimeError):
@@ -133,6 +141,11 @@ class TokenVerifier:
 
     async def identity(self, authorization: str | None) -> Identity:
         """The caller's identity from an Authorization header; Unauthorized if none."""
+        return (await self.verify(authorization)).identity
+
+    async def verify(self, authorization: str | None) -> Verified:
+        """The caller's identity and its token's expiry from an Authorization header;
+        Unauthorized if none (the inbox keeps a browser session no longer than `exp`)."""
         if not authorization:
             raise Unauthorized("no bearer token (Authorization: Bearer <JWT>)")
         scheme, _, token = authorization.strip().partition(" ")
@@ -148,7 +161,7 @@ class TokenVerifier:
                 return self._verify(token)
             raise
 
-    def _verify(self, token: str) -> Identity:
+    def _verify(self, token: str) -> Verified:
         s = self.settings
         assert self.keys is not None, "the verifier is not started"
         try:
@@ -196,7 +209,11 @@ class TokenVerifier:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise Unauthorized("the token's sub is not a string")
-        return Identity(subject, _groups(claims, s.edge_jwt_groups_claim), str(claims["iss"]))
+        identity = Identity(subject, _groups(claims, s.edge_jwt_groups_claim), str(claims["iss"]))
+        expires = claims["exp"]
+        if not isinstance(expires, int | float) or isinstance(expires, bool):
+            raise Unauthorized("the token's exp is not a number")
+        return Verified(identity, int(expires))
 
 
 def cert_identity(peer: Any) -> Identity:

@@ -7,14 +7,15 @@
 - `GET /interrupts/events`: server-sent events, each `event: change` with a Change.
 
 Every route asks `authorize` first and answers 401 (with `WWW-Authenticate: Bearer`)
-when it says no. `bearer(settings)` is the authorizer the settings describe: the
-`inbox_token`, compared in constant time; no token set refuses everything unless
-`inbox_open`. The token is never logged or echoed.
+when it says no, and why when it says (`Refused`). `bearer(settings)` is the
+authorizer the settings describe (`gateway.inbox.auth`): the `inbox_token`, compared in
+constant time, or a person's JWT verified as the edge verifies it (or a session
+cookie); nothing set refuses everything unless `inbox_open`. No credential is ever
+logged or echoed. The API only reads: it has no write path to attest.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -24,9 +25,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.inbox.auth import Authorizer, Principal, Refused
 from gateway.settings import Settings
 
-Authorize = Callable[[Request], Awaitable[bool]]
+# an authorizer answers who (a Principal) or why not (Refused, false); a plain bool will do
+Authorize = Callable[[Request], Awaitable[Principal | Refused | bool]]
 KEEPALIVE_S = 15.0
 
 
@@ -40,19 +43,9 @@ class Source(Protocol):
 
 
 def bearer(settings: Settings) -> Authorize:
-    """The settings' authorizer: `Authorization: Bearer <inbox_token>`."""
-    token = settings.inbox_token.get_secret_value().encode() if settings.inbox_token else b""
-    open_ = settings.inbox_open
-
-    async def authorize(request: Request) -> bool:
-        if open_:
-            return True
-        if not token:
-            return False
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
-
-    return authorize
+    """The settings' authorizer: `Authorization: Bearer <inbox_token or a JWT>` (or a
+    session cookie)."""
+    return Authorizer(settings).authorize
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -69,8 +62,10 @@ def routes(source: Source, authorize: Authorize) -> list[Route]:
         handler: Callable[[Request], Awaitable[Response]],
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            if not await authorize(request):
-                response = _json(_UNAUTHORIZED, 401)
+            found = await authorize(request)
+            if not found:
+                detail = found.detail if isinstance(found, Refused) else _UNAUTHORIZED["detail"]
+                response = _json({"error": "unauthorized", "detail": detail}, 401)
                 response.headers["WWW-Authenticate"] = 'Bearer realm="inbox"'
                 return response
             return await handler(request)

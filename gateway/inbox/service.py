@@ -2,8 +2,9 @@
 `agui-gateway run` adds to its HTTP port when `inbox_enabled`.
 
 Its routes are the JSON API, the page (`/inbox`, reading this view) and the page's
-sign-in (`/inbox/login`, `/inbox/logout`), all behind one authorizer: the bearer
-token or the session cookie (`gateway.inbox.session`). The page's answers go out
+sign-in (`/inbox/login`, `/inbox/logout`), all behind one authorizer
+(`gateway.inbox.auth`): the inbox token, a person's JWT verified as the edge verifies
+it (with the edge's token settings), or the session cookie (`gateway.inbox.session`). The page's answers go out
 through a Kafka client started on the first answer: `aclose()` stops it, after the
 HTTP server has stopped.
 
@@ -67,11 +68,29 @@ class InboxService:
             *self.session.routes(),
             *self.page.routes(),
         ]
-        if not settings.inbox_open and settings.inbox_token is None:
+        authorizer = self.session.authorizer
+        if (
+            not settings.inbox_open
+            and settings.inbox_token is None
+            and not (authorizer.verifies_people)
+        ):
             log.warning(
                 "inbox_token is not set: the inbox's API refuses every request (401); set "
-                "it, or inbox_open for a trusted network"
+                "it, or the edge's token settings (edge_jwt_*) for people to sign in with "
+                "their JWT, or inbox_open for a trusted network"
             )
+        if authorizer.verifies_people:
+            if self.page.attests:
+                log.info(
+                    "the inbox verifies people's JWTs; their answers are attested",
+                    extra={"key_id": settings.attest_key_id, "sessions": authorizer.key_source},
+                )
+            else:
+                log.warning(
+                    "the inbox verifies people's JWTs but has no signing key (attest_key_id, "
+                    "attest_private_key_file): their answers reach the gateway unattested, "
+                    "and their sessions end when this process does"
+                )
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         """Ready once the view has read the whole topic once."""
@@ -86,6 +105,7 @@ class InboxService:
     async def run(self, stop: asyncio.Event) -> None:
         """Read into the view until `stop`; a failed reader starts again (the interrupts
         topic's on an empty view)."""
+        await self.session.authorizer.start()  # a JWKS URL's keys (a failure is retried)
         try:
             await asyncio.gather(self._interrupts(stop), self._warnings(stop), self._trail(stop))
         finally:

@@ -1,23 +1,24 @@
-"""Signing in to the inbox from a browser: the inbox token, asked once, kept as a cookie.
+"""Signing in to the inbox from a browser: a credential given once, kept as a cookie.
 
 A browser sends no `Authorization` header when it navigates or opens an EventSource,
-so the bearer token alone would leave the page unusable. `GET /inbox/login` asks for
-the token; `POST /inbox/login` checks it (constant time) and sets the session cookie
-(`HttpOnly`, `SameSite=Strict`, `Path=/`, `Secure` over https), then goes on to the
-page. The cookie's value is not the token: it is an HMAC-SHA256 of a fixed label under
-the token, so it opens the inbox only while that token is the configured one (changing
-`inbox_token` signs every browser out) and a stolen cookie does not reveal the token.
-`POST /inbox/logout` clears it.
+so a bearer token alone would leave the page unusable (unless a proxy in front adds
+one). `GET /inbox/login` asks for the inbox token or a person's JWT; `POST /inbox/login`
+checks it (`gateway.inbox.auth`) and sets the session cookie (`HttpOnly`,
+`SameSite=Strict`, `Path=/`, `Secure` over https), then goes on to the page:
 
-`Session.authorize` accepts the bearer token or the cookie (`inbox_open`: anything);
-it is the authorizer of both the page and the JSON API. Neither the token nor the
-cookie's value is ever logged or echoed.
+- for the inbox token, an HMAC-SHA256 of a fixed label under the token (it opens the
+  inbox only while that token is the configured one; a stolen cookie does not reveal
+  it), for the browser's session;
+- for a JWT verified as the edge verifies it, the identity it proved, sealed under the
+  server's key (`gateway.inbox.cookie`), with the token's expiry as the cookie's
+  `Max-Age` and as the server's own check. The JWT is never kept.
+
+`POST /inbox/logout` clears it. Neither a credential nor the cookie's value is ever
+logged or echoed; a person's sign-in logs their subject.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import html
 import logging
 from urllib.parse import parse_qsl, quote
@@ -26,12 +27,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from gateway.inbox.auth import COOKIE, Authorizer, Principal, Refused, SignedIn, session_value
 from gateway.settings import Settings
+
+__all__ = ["COOKIE", "Session", "session_value"]
 
 log = logging.getLogger("gateway.inbox.session")
 
-COOKIE = "agui-inbox-session"
-LABEL = b"agui-gateway inbox session v1"
 MAX_BODY = 16_384  # a login form: one field
 LOGIN = "/inbox/login"
 HOME = "/inbox"
@@ -43,11 +45,6 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-
-
-def session_value(token: bytes) -> str:
-    """The cookie's value for `token`: an HMAC of a fixed label, never the token."""
-    return hmac.new(token, LABEL, hashlib.sha256).hexdigest()
 
 
 def _local(target: str) -> str:
@@ -72,7 +69,7 @@ def _same_origin(request: Request) -> bool:
     return origin in (f"http://{host}", f"https://{host}")
 
 
-def _form(root: str, target: str, problem: str = "") -> str:
+def _form(root: str, target: str, problem: str = "", people: bool = False) -> str:
     note = f'<p role="alert"><strong>{html.escape(problem)}</strong></p>' if problem else ""
     return (
         "<!doctype html>\n"
@@ -83,7 +80,8 @@ def _form(root: str, target: str, problem: str = "") -> str:
         f"{note}"
         f'<form method="post" action="{html.escape(root + LOGIN, quote=True)}">'
         f'<input type="hidden" name="next" value="{html.escape(target, quote=True)}">'
-        '<label>Inbox token <input type="password" name="token" id="token" '
+        f"<label>{'Inbox token or your identity token (JWT)' if people else 'Inbox token'} "
+        '<input type="password" name="token" id="token" '
         'autocomplete="current-password" required autofocus></label> '
         '<button type="submit" id="signin">Sign in</button></form>'
         "</body></html>"
@@ -97,24 +95,15 @@ def _secured(response: Response) -> Response:
 
 
 class Session:
-    """The settings' authorizer (bearer token or session cookie) and the login routes."""
+    """The settings' authorizer (`gateway.inbox.auth`) and the login routes."""
 
-    def __init__(self, settings: Settings) -> None:
-        secret = settings.inbox_token
-        self._token = secret.get_secret_value().encode() if secret is not None else b""
-        self._cookie = session_value(self._token).encode() if self._token else b""
+    def __init__(self, settings: Settings, authorizer: Authorizer | None = None) -> None:
+        self.authorizer = authorizer if authorizer is not None else Authorizer(settings)
         self.open = settings.inbox_open
 
-    async def authorize(self, request: Request) -> bool:
-        if self.open:
-            return True
-        if not self._token:
-            return False
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self._token):
-            return True
-        cookie = request.cookies.get(COOKIE)
-        return cookie is not None and hmac.compare_digest(cookie.encode(), self._cookie)
+    async def authorize(self, request: Request) -> Principal | Refused:
+        """Who the request comes from (a `Principal`), or why not (`Refused`, false)."""
+        return await self.authorizer.authorize(request)
 
     def login_url(self, request: Request) -> str:
         """Where an unauthenticated navigation to this request's page is sent."""
@@ -134,7 +123,11 @@ class Session:
         root = str(request.scope.get("root_path", ""))
         if self.open or await self.authorize(request):
             return _secured(RedirectResponse(root + target, status_code=303))
-        return _secured(HTMLResponse(_form(root, target)))
+        return _secured(HTMLResponse(_form(root, target, people=self._people)))
+
+    @property
+    def _people(self) -> bool:
+        return self.authorizer.verifies_people
 
     async def _login(self, request: Request) -> Response:
         root = str(request.scope.get("root_path", ""))
@@ -147,19 +140,26 @@ class Session:
                 return _secured(HTMLResponse("too large", status_code=413))
         fields = dict(parse_qsl(bytes(body).decode("utf-8", "replace"), max_num_fields=10))
         target = _local(fields.get("next", HOME))
-        given = fields.get("token", "").strip().encode()
-        if not self._token:
-            log.warning("inbox sign-in refused: inbox_token is not set")
-            problem = "No inbox token is configured (inbox_token): nobody can sign in."
-            return _secured(HTMLResponse(_form(root, target, problem), status_code=401))
-        if not hmac.compare_digest(given, self._token):
-            log.warning("inbox sign-in refused: wrong token")
-            return _secured(HTMLResponse(_form(root, target, "Wrong token."), status_code=401))
-        log.info("inbox sign-in")
+        given = fields.get("token", "").strip()
+        signed = await self.authorizer.sign_in(given)
+        if not isinstance(signed, SignedIn):
+            problem = signed.detail
+            if problem == "Wrong token.":
+                log.warning("inbox sign-in refused: wrong token")
+            elif problem.startswith("No inbox token"):
+                log.warning("inbox sign-in refused: neither inbox_token nor a JWKS is set")
+            else:  # a JWT not accepted: why (the verifier never echoes the token)
+                log.warning("inbox sign-in refused: token not accepted", extra={"error": problem})
+                problem = f"Not signed in: {problem}."
+            form = _form(root, target, problem, people=self._people)
+            return _secured(HTMLResponse(form, status_code=401))
+        who = signed.principal.identity
+        log.info("inbox sign-in", extra={"subject": who.subject} if who is not None else {})
         response = RedirectResponse(root + target, status_code=303)
         response.set_cookie(
             COOKIE,
-            self._cookie.decode(),
+            signed.value,
+            max_age=signed.max_age,
             path="/",
             httponly=True,
             samesite="strict",

@@ -16,8 +16,11 @@
 
 Every route asks `authorize` first (401 when it says no). A POST whose `Origin` is
 another site's is refused (403), so a page elsewhere cannot answer with the
-person's credentials. Logs name agents, threads, interrupt ids, verdicts and codes,
-never payloads or credentials.
+person's credentials. The pages say who is signed in. An answer from a person whose
+identity was verified (a `Principal` with an identity: a JWT, or its session) is sent
+attested with the inbox's signing key; with no signing key it is sent unattested and
+the page says so, before and after sending. Logs name agents, threads, interrupt ids,
+the answering subject, verdicts and codes, never payloads or credentials.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from gateway.client import (
+    AttestationError,
     DuplicateReply,
     ForwardReply,
     ReplyTimeout,
@@ -43,6 +47,8 @@ from gateway.client import (
     UnknownAgent,
 )
 from gateway.codec import jsonio
+from gateway.core.values.identity import Identity
+from gateway.inbox.auth import Principal, Refused
 from gateway.inbox.page import assets, render, resume
 from gateway.inbox.page.sender import AnswerSender, KafkaSender
 from gateway.inbox.page.source import InboxSource
@@ -50,7 +56,14 @@ from gateway.settings import Settings
 
 log = logging.getLogger("gateway.inbox.page")
 
-Authorize = Callable[[Request], Awaitable[bool]]
+# who (a Principal) or why not (Refused, false); a plain bool will do (no identity)
+Authorize = Callable[[Request], Awaitable[Principal | Refused | bool]]
+PRINCIPAL = "inbox.principal"  # where the guard leaves who was let in, in the scope
+UNATTESTED = (
+    "this inbox has no signing key (attest_key_id, attest_private_key_file): answers "
+    "reach the gateway unattested, and where the approver policy wants a verified "
+    "approver they are rejected approver_unverified"
+)
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -95,6 +108,8 @@ class InboxPage:
         self.settings = settings
         self.sender: AnswerSender = sender if sender is not None else KafkaSender(settings)
         self.clock = clock
+        # whether a person's answer can be attested (the sender signs with this key)
+        self.attests = settings.attest_private_key_file is not None
 
     def routes(self) -> list[Route]:
         return [
@@ -117,15 +132,32 @@ class InboxPage:
         self, handler: Callable[[Request], Awaitable[Response]], page: bool = False
     ) -> Callable[[Request], Awaitable[Response]]:
         async def guarded(request: Request) -> Response:
-            if not await self.authorize(request):
+            found = await self.authorize(request)
+            if not found:
                 if page and self.login is not None:  # a person navigating: sign in first
                     return _secured(RedirectResponse(self.login(request), status_code=303))
-                return _secured(JSONResponse({"error": "unauthorized"}, status_code=401))
+                body = {"error": "unauthorized"}
+                if isinstance(found, Refused):
+                    body["detail"] = found.detail
+                return _secured(JSONResponse(body, status_code=401))
+            request.scope[PRINCIPAL] = found if isinstance(found, Principal) else None
             if request.method == "POST" and not _same_origin(request):
                 return _secured(JSONResponse({"error": "cross_origin"}, status_code=403))
             return _secured(await handler(request))
 
         return guarded
+
+    def _who(self, request: Request) -> tuple[Identity | None, str | None]:
+        """Who was let in (a verified identity or none) and how ("token", ...; None: an
+        authorizer that does not say)."""
+        found = request.scope.get(PRINCIPAL)
+        if isinstance(found, Principal):
+            return found.identity, found.via
+        return None, None
+
+    def _signed_in(self, request: Request) -> str:
+        identity, via = self._who(request)
+        return render.signed_in(identity, via, self.attests)
 
     def _base(self, request: Request) -> str:
         return str(request.scope.get("root_path", "")) + "/inbox"
@@ -171,6 +203,7 @@ class InboxPage:
             self.clock(),
             refresh_s=self.settings.inbox_page_summary_refresh_s,
             signout=self.login is not None,
+            who=self._signed_in(request),
         )
         return HTMLResponse(page)
 
@@ -181,7 +214,9 @@ class InboxPage:
         agent = request.query_params.get("agent", "")
         thread = request.query_params.get("thread", "")
         answer = self.source.thread(agent, thread) if agent and thread else None
-        page = render.thread_page(self._base(request), agent, thread, answer, self.clock())
+        page = render.thread_page(
+            self._base(request), agent, thread, answer, self.clock(), who=self._signed_in(request)
+        )
         return HTMLResponse(page, status_code=200 if answer is not None else 404)
 
     async def asset(self, request: Request) -> Response:
@@ -271,14 +306,26 @@ class InboxPage:
         agent, thread = fields["agent"], fields["thread"]
         run_id = resume.new_run_id()
         run_input = resume.run_input(thread, run_id, plan.entries)
-        return await self._send(agent, thread, run_id, run_input)
+        identity, _via = self._who(request)
+        return await self._send(agent, thread, run_id, run_input, identity)
 
     async def _send(
-        self, agent: str, thread: str, run_id: str, run_input: dict[str, Any]
+        self,
+        agent: str,
+        thread: str,
+        run_id: str,
+        run_input: dict[str, Any],
+        identity: Identity | None = None,
     ) -> Response:
         answered = [(e["interruptId"], e["status"]) for e in run_input["resume"]]
+        # a person's answer is attested when the inbox can sign; else sent unattested,
+        # and said so (never silently)
+        attested = identity if self.attests else None
         try:
-            verdict = await self.sender.send(agent, run_input)
+            if attested is not None:
+                verdict = await self.sender.send(agent, run_input, identity=attested)
+            else:
+                verdict = await self.sender.send(agent, run_input)
         except UnknownAgent as exc:
             return JSONResponse({"sent": False, "error": "unknown_agent", "detail": str(exc)}, 404)
         except ReplyTimeout as exc:
@@ -294,6 +341,11 @@ class InboxPage:
                 },
                 504,
             )
+        except AttestationError as exc:  # the signing key cannot be used: say so, send nothing
+            log.error("inbox answer: cannot attest", extra={"agent": agent, "error": str(exc)})
+            return JSONResponse(
+                {"sent": False, "error": "attestation_failed", "detail": str(exc)}, 500
+            )
         except (TimeoutError, KafkaError, OSError, ReplyTopicMissing) as exc:
             log.warning(
                 "inbox answer: not sent",
@@ -308,7 +360,10 @@ class InboxPage:
             "runId": run_id,
             "correlationId": verdict.correlation_id,
             "warnings": [_finding(w) for w in getattr(verdict, "warnings", [])],
+            "attestedAs": attested.subject if attested is not None else None,
         }
+        if identity is not None and attested is None:
+            body["unattested"] = UNATTESTED
         if isinstance(verdict, ForwardReply):
             codes: list[str] = []
         elif isinstance(verdict, DuplicateReply):
@@ -323,6 +378,8 @@ class InboxPage:
                 "thread_id": thread,
                 "run_id": run_id,
                 "answered": answered,
+                "subject": identity.subject if identity is not None else None,
+                "attested": attested is not None,
                 "verdict": body["verdict"],
                 "reasons": codes,
             },

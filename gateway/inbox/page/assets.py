@@ -191,6 +191,12 @@ SCRIPT = r"""
     for (const w of answer.warnings || []) {
       result.appendChild(line("warning " + w.code + ": " + (w.detail || ""), "warn"));
     }
+    if (answer.sent && answer.attestedAs) {
+      result.appendChild(line("Sent attested as " + answer.attestedAs + ".", "attested"));
+    }
+    if (answer.unattested) {
+      result.appendChild(line("Sent unattested: " + answer.unattested + ".", "warn unattested"));
+    }
   }
   if (answerForm) {
     for (const part of parts()) {
@@ -303,7 +309,9 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.age, td.expiry { white-space: nowrap; font-variant-numeric: tabular-nums; }
 tr.expired td { color: #8a1f11; }
 tr.expired td.expiry { font-weight: 600; }
-.lag, .live { color: #5a6472; font-size: .9rem; }
+.lag, .live, .who, .attested { color: #5a6472; font-size: .9rem; }
+.who, .attested { margin-left: .75rem; }
+.warn.unattested { color: #8a5a00; }
 .live.on { color: #1a7f37; }
 .live.off { color: #8a1f11; }
 form.filters { display: flex; flex-wrap: wrap; gap: .6rem; align-items: end; margin: .6rem 0; }

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 
 import orjson
 
+from gateway.core.values.identity import Identity
 from gateway.inbox.items import iso
 from gateway.inbox.page import form
 from gateway.inbox.page.resume import expired
@@ -166,9 +167,11 @@ def inbox(
     now_ms: int,
     refresh_s: float = 15.0,
     signout: bool = False,
+    who: str = "",
 ) -> str:
     """The inbox: filters, the summary per agent, and the open interrupts, oldest first
-    (with `signout`, a button that ends the browser's session: `POST <base>/logout`)."""
+    (with `signout`, a button that ends the browser's session: `POST <base>/logout`;
+    `who`: who is signed in, from `signed_in`)."""
     items = [i for i in listing.get("items") or [] if isinstance(i, dict)]
     inputs = "".join(
         f'<label>{esc(label)} <input name="{name}" value="{esc(filters.get(name, ""))}"'
@@ -182,6 +185,7 @@ def inbox(
         '<header><h1>Interrupt inbox</h1><span class="lag" id="lag">'
         f"{esc(lag_text(listing.get('lagSeconds')))}</span>"
         '<span class="live" id="live">connecting…</span>'
+        + who
         + (
             f'<form class="signout" method="post" action="{esc(base)}/logout">'
             '<button type="submit" id="signout">Sign out</button></form>'
@@ -345,12 +349,52 @@ def part(
     )
 
 
+def signed_in(identity: Identity | None, via: str | None, attests: bool) -> str:
+    """Who is signed in, for the pages' heads: a verified person (subject, groups,
+    issuer), and whether their answers are attested; or the inbox token, or an open
+    inbox (answers unattested). Empty when the authorizer does not say."""
+    if identity is not None:
+        groups = ", ".join(identity.groups) or "none"
+        text = (
+            f'<span class="who" id="who" data-subject="{esc(identity.subject)}">Signed in as '
+            f"<strong>{esc(identity.subject)}</strong> (groups: {esc(groups)}; issuer: "
+            f"{esc(identity.issuer or 'unknown')})</span>"
+        )
+        if attests:
+            return text + (
+                '<span class="attested" id="attested">answers are attested as you</span>'
+            )
+        return text + (
+            '<p class="warn unattested" id="unattested">Your identity is verified, but this '
+            "inbox has no signing key (attest_key_id, attest_private_key_file): your answers "
+            "reach the gateway <strong>unattested</strong>, and where the approver policy "
+            "wants a verified approver they are rejected (approver_unverified).</p>"
+        )
+    if via == "token":
+        return (
+            '<span class="who" id="who" data-subject="">Signed in with the inbox token '
+            "(no personal identity: answers are unattested)</span>"
+        )
+    if via == "open":
+        return (
+            '<span class="who" id="who" data-subject="">Open inbox (inbox_open): answers '
+            "are unattested</span>"
+        )
+    return ""
+
+
 def thread_page(
-    base: str, agent: str, thread: str, answer: Mapping[str, Any] | None, now_ms: int
+    base: str,
+    agent: str,
+    thread: str,
+    answer: Mapping[str, Any] | None,
+    now_ms: int,
+    who: str = "",
 ) -> str:
-    """A thread's open interrupts, answered together in one form."""
+    """A thread's open interrupts, answered together in one form (`who`: who is signed
+    in, from `signed_in`)."""
     title = f"{agent} / {thread}"
-    back = f'<p><a href="{esc(base)}">← inbox</a></p>'
+    back = f'<p><a href="{esc(base)}">← inbox</a></p>{who}'
     if answer is None:
         body = f"{back}<h1>{esc(title)}</h1><p>The inbox knows no such thread.</p>"
         return document(base, title, body)
