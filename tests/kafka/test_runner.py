@@ -1084,6 +1084,11 @@ def answer_for(interrupt: str, run: str) -> bytes:
     )
 
 
+def decisions(sent: list[tuple[str, object]]) -> list[str]:
+    """The topics of what was sent, less the state it wrote (changelog, interrupts topic)."""
+    return [t for t, _ in sent if t not in ("agui.bot.gateway-changelog", "agui.interrupts")]
+
+
 async def test_the_next_round_is_judged_while_one_commits_and_both_land_in_order(gw):
     ev, rq = tps()
     await assign(gw, ev, rq)
@@ -1102,7 +1107,7 @@ async def test_the_next_round_is_judged_while_one_commits_and_both_land_in_order
     assert made.sent == []  # nothing of either round visible yet
     made.commit_gate.set()
     await gw.assignment.committer.drain()  # round 1 lands, and round 2 (decided) follows at once
-    assert [t for t, _ in made.sent if t != "agui.bot.gateway-changelog"] == [
+    assert decisions(made.sent) == [
         "agui.bot.run-requests",
         "agui.rejections",
     ]
@@ -1139,7 +1144,7 @@ async def test_a_failed_commit_with_a_second_round_pending_rewinds_both(gw):
         },
     )
     # read again from the last commit: each request decided once, nothing lost
-    sent = [t for t, _ in producer(gw).sent if t != "agui.bot.gateway-changelog"]
+    sent = decisions(producer(gw).sent)
     assert sent == ["agui.bot.run-requests", "agui.rejections"]
     assert gw.consumer.committed_offsets == {ev: 2, rq: 2}
 
@@ -1299,7 +1304,7 @@ async def test_a_look_up_covers_only_the_requests_buffered_when_it_started(gw):
     gate.set()
     await run_round(gw, {})  # the first lands; the second request looks up again
     assert gw.offsets.lookups == 2
-    sent = [t for t, _ in producer(gw).sent if t != "agui.bot.gateway-changelog"]
+    sent = decisions(producer(gw).sent)
     assert sent == ["agui.bot.run-requests", "agui.rejections"]
 
 
