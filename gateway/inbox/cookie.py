@@ -33,11 +33,10 @@ import secrets
 from pathlib import Path
 
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gateway.core.values.identity import Identity
-from gateway.kafka.wire.attestation import AttestationError, read_identity
+from gateway.kafka.wire.attestation import private_key, read_identity
 
 PREFIX = "v2."
 LABEL = b"agui-gateway inbox identity session v2\x00"
@@ -56,16 +55,7 @@ def session_key(private_key_file: Path | None) -> tuple[bytes, str]:
     """The key that seals sessions, and where it comes from (for the start's log)."""
     if private_key_file is None:
         return secrets.token_bytes(32), "a random key made at start (sessions end with it)"
-    try:
-        key = serialization.load_pem_private_key(private_key_file.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
-        raise AttestationError(
-            f"the signing key file {str(private_key_file)!r} cannot be read as a PEM private "
-            f"key ({exc.__class__.__name__})"
-        ) from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise AttestationError(f"the signing key in {str(private_key_file)!r} is not Ed25519")
-    raw = key.private_bytes(
+    raw = private_key(private_key_file).private_bytes(
         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
     )
     derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=KEY_INFO).derive(raw)

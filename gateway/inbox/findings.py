@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -52,14 +53,7 @@ class FindingsReader:
         return sorted(wanted)
 
     async def run(self, stop: asyncio.Event) -> None:
-        consumer = clients.consumer(
-            self.settings,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-            client_id=f"{self.settings.inbox_group_id}-findings",
-        )
+        consumer = reader(self.settings, "findings")
         await consumer.start()
         try:
             assigned: set[TopicPartition] = set()
@@ -104,21 +98,43 @@ class FindingsReader:
         topics = self._wanted(await consumer.topics())
         if not topics:
             return assigned
-        await clients.know_topics(consumer, topics)
-        every = {
-            TopicPartition(t, p)
-            for t in topics
-            for p in (clients.partitions_for(consumer, t) or ())
-        }
-        new = every - assigned
-        if not new:
-            return assigned
-        kept = {tp: await consumer.position(tp) for tp in assigned}
-        consumer.assign(sorted(every))
-        for tp, offset in kept.items():
-            consumer.seek(tp, offset)
-        await seek_since(consumer, new, int(self.clock() * 1000) - HOUR_MS)
-        return every
+        return await assign_more(consumer, topics, assigned, int(self.clock() * 1000) - HOUR_MS)
+
+
+def reader(settings: Settings, name: str, **options: Any) -> AIOKafkaConsumer:
+    """A consumer of the inbox's: committed records only, no group, nothing committed."""
+    return clients.consumer(
+        settings,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        client_id=f"{settings.inbox_group_id}-{name}",
+        **options,
+    )
+
+
+async def assign_more(
+    consumer: AIOKafkaConsumer,
+    topics: list[str],
+    assigned: set[TopicPartition],
+    since_ms: int | None,
+) -> set[TopicPartition]:
+    """Assign every partition of `topics`: those assigned already stay where they are,
+    new ones start at `since_ms` (see `seek_since`)."""
+    await clients.know_topics(consumer, topics)
+    every = {
+        TopicPartition(t, p) for t in topics for p in (clients.partitions_for(consumer, t) or ())
+    }
+    new = every - assigned
+    if not new:
+        return assigned
+    kept = {tp: await consumer.position(tp) for tp in assigned}
+    consumer.assign(sorted(every))
+    for tp, offset in kept.items():
+        consumer.seek(tp, offset)
+    await seek_since(consumer, new, since_ms)
+    return every
 
 
 async def seek_since(

@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gateway.inbox.findings import reader
 from gateway.inbox.view import InboxView
 from gateway.kafka.wire import clients
 from gateway.settings import Settings
@@ -107,15 +108,7 @@ class InboxReader:
             log.error("interrupts_topic is empty: the inbox has nothing to read")
             await stop.wait()
             return
-        consumer = clients.consumer(
-            self.settings,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-            client_id=f"{self.settings.inbox_group_id}-reader",
-            max_partition_fetch_bytes=4 << 20,
-        )
+        consumer = reader(self.settings, "reader", max_partition_fetch_bytes=4 << 20)
         await consumer.start()
         try:
             tps = await self._partitions(consumer, topic, stop)

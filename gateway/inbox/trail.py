@@ -29,7 +29,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from gateway.inbox.findings import seek_since
+from gateway.inbox.findings import assign_more, reader
 from gateway.inbox.view import InboxView
 from gateway.kafka.wire import clients
 from gateway.settings import Settings
@@ -77,15 +77,7 @@ class TrailReader:
             log.info("audit_enabled is false: the inbox's threads show no verdicts")
             await stop.wait()
             return
-        consumer = clients.consumer(
-            self.settings,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-            client_id=f"{self.settings.inbox_group_id}-audit",
-            max_partition_fetch_bytes=4 << 20,
-        )
+        consumer = reader(self.settings, "audit", max_partition_fetch_bytes=4 << 20)
         await consumer.start()
         try:
             since = self.since_ms()
@@ -160,21 +152,7 @@ class TrailReader:
                     extra={"topic": self.settings.audit_topic},
                 )
             return assigned
-        await clients.know_topics(consumer, topics)
-        every = {
-            TopicPartition(t, p)
-            for t in topics
-            for p in (clients.partitions_for(consumer, t) or ())
-        }
-        new = every - assigned
-        if not new:
-            return assigned
-        kept = {tp: await consumer.position(tp) for tp in assigned}
-        consumer.assign(sorted(every))
-        for tp, offset in kept.items():
-            consumer.seek(tp, offset)
-        await seek_since(consumer, new, since)
-        return every
+        return await assign_more(consumer, topics, assigned, since)
 
 
 async def _caught_up(consumer: AIOKafkaConsumer, tps: set[TopicPartition]) -> bool:

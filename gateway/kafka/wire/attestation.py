@@ -117,6 +117,21 @@ def _unb64(data: bytes) -> bytes:
     return base64.b64decode(data + b"=" * (-len(data) % 4), altchars=b"-_", validate=True)
 
 
+def private_key(path: Path | str) -> Ed25519PrivateKey:
+    """The Ed25519 private key of a PEM (PKCS#8) file; AttestationError saying why not
+    (never the key)."""
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise AttestationError(
+            f"the signing key file {str(path)!r} cannot be read as a PEM private key "
+            f"({exc.__class__.__name__})"
+        ) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise AttestationError(f"the signing key in {str(path)!r} is not an Ed25519 key")
+    return key
+
+
 class Signer:
     """Signs identities onto request records with one private key, under its key id."""
 
@@ -129,16 +144,7 @@ class Signer:
     @classmethod
     def from_file(cls, key_id: str, path: Path | str) -> Signer:
         """A signer from a PEM (PKCS#8) Ed25519 private key file."""
-        try:
-            key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
-        except (OSError, ValueError, TypeError) as exc:
-            raise AttestationError(
-                f"the signing key file {str(path)!r} cannot be read as a PEM private key "
-                f"({exc.__class__.__name__})"
-            ) from None
-        if not isinstance(key, Ed25519PrivateKey):
-            raise AttestationError(f"the signing key in {str(path)!r} is not an Ed25519 key")
-        return cls(key_id, key)
+        return cls(key_id, private_key(path))
 
     def public_key(self) -> str:
         """The public key to give the gateway (`attest_trusted_keys`): base64 of its 32 bytes."""
