@@ -322,24 +322,33 @@ class PartitionPair:
         the rejections topic and its reply topic get the verdict (naming no agent)."""
         decision = self._identified(rejected(Reason(why.code), why.detail, thread_id), record)
         own = self.layout.group is None  # on an agent's own topic: that agent's record
+        self._reject_unjudged(
+            record, decision, thread_id, self.agent if own else None, None, now_ms, wall_ms
+        )
+
+    def _reject_unjudged(
+        self,
+        record: InRecord,
+        decision: Decision,
+        thread_id: str | None,
+        named: str | None,
+        agent: str | None,
+        now_ms: int,
+        wall_ms: int,
+    ) -> None:
+        """Write a rejection decided without judging (no state read or changed): `named`
+        is the agent its record names, `agent` the one an internal error is counted for."""
 
         def reject() -> None:
             self.round.decided.append(record.received)
             self.effects.decision(
-                self.round,
-                record,
-                decision,
-                thread_id,
-                now_ms,
-                None,
-                NOT_DECODED,
-                self.agent if own else None,
+                self.round, record, decision, thread_id, now_ms, None, NOT_DECODED, named,
                 wall_ms=wall_ms,
-            )
+            )  # fmt: skip
 
         exc = self._guarded(reject, "internal error rejecting a request", record, thread_id)
         if exc is not None:
-            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, None, wall_ms)
+            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent, wall_ms)
 
     def _lagging(self, record: InRecord, wall_ms: int, waited: float) -> None:
         """Reject a request whose events side lagged past `merge_max_wait_ms` (retryable)."""
@@ -355,24 +364,7 @@ class PartitionPair:
             extra={"agent": self.agent, "partition": self.partition, "waited_s": round(waited, 3)},
         )
         decision = self._identified(lagging(thread_id, waited), record)
-
-        def reject() -> None:
-            self.round.decided.append(record.received)
-            self.effects.decision(
-                self.round,
-                record,
-                decision,
-                thread_id,
-                now_ms,
-                None,
-                NOT_DECODED,
-                agent,
-                wall_ms=wall_ms,
-            )
-
-        exc = self._guarded(reject, "internal error rejecting a request", record, thread_id)
-        if exc is not None:
-            self.effects.internal_error(self.round, record, thread_id, now_ms, exc, agent, wall_ms)
+        self._reject_unjudged(record, decision, thread_id, agent, agent, now_ms, wall_ms)
         self.defer(self.metrics.merge_wait_expired.labels(self.agent).inc)
 
     def _identified(self, decision: Decision, record: InRecord) -> Decision:
