@@ -36,6 +36,7 @@ from gateway.kafka.pairs.agents import MAX_AGENT_CHARS
 from gateway.kafka.wire import clients, txnids
 from gateway.kafka.wire.attestation import HEADER_IDENTITY, parse_forwarded
 from gateway.kafka.wire.brokerwatch import BrokerWatch
+from gateway.kafka.wire.readto import read_to
 from gateway.kafka.wire.topics import changelog_configs, ensure_topics
 from gateway.settings import BridgeAgent, Settings
 
@@ -332,9 +333,8 @@ class Bridge:
             reader.assign([marker_tp])
             end = (await reader.end_offsets([marker_tp]))[marker_tp]
             await reader.seek_to_beginning(marker_tp)
-            while await reader.position(marker_tp) < end:
-                batch = await reader.getmany(marker_tp, timeout_ms=1000)
-                for message in batch.get(marker_tp, ()):
+            async for records in read_to(reader, marker_tp, end):
+                for message in records:
                     if message.key == str(tp.partition).encode():
                         last = message.value
         finally:

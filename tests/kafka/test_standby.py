@@ -21,6 +21,7 @@ from gateway.kafka.assign import standby as standby_module
 from gateway.kafka.assign.replica import Replica, Restored
 from gateway.kafka.assign.restore import Restorer
 from gateway.kafka.assign.standby import StandbyReport, Standbys
+from gateway.kafka.wire import readto
 from gateway.settings import Settings
 from tests.kafka.test_pair import Feed, make_pair
 
@@ -197,6 +198,34 @@ async def test_a_replica_outside_the_changelogs_offsets_is_not_used(
     restorer = Restorer(Settings(bootstrap_servers=kafka_bootstrap))
     restored = await restorer.restore(written.tp.topic, 0, head=head)
     assert restored.store.ids() == ["a"] and restored.active == {"a"}
+
+
+async def test_a_replica_just_before_a_commit_marker_is_taken_over_without_waiting_it_out(
+    kafka_bootstrap: str, log, monkeypatch
+) -> None:
+    """The usual takeover: the standby read the last records, not the marker after them.
+    The restore crosses the marker alone, asking the reader for records in short waits
+    (a fetch that brings only a marker gives no records, and a long wait is waited out)."""
+    _, written = log
+    await written.write(state("a", RunStatus.INTERRUPTED, 1), state("b", RunStatus.ACTIVE))
+    tp = written.tp
+    end = await _ends(kafka_bootstrap, tp)
+    head = Replica()
+    await read_into(kafka_bootstrap, tp, head, end)
+    head.position = end - 1  # after the last record, before its transaction's marker
+    waits: list[int] = []
+    getmany = AIOKafkaConsumer.getmany
+
+    async def spied(self: AIOKafkaConsumer, *tps: TopicPartition, timeout_ms: int = 0, **kw):
+        waits.append(timeout_ms)
+        return await getmany(self, *tps, timeout_ms=timeout_ms, **kw)
+
+    monkeypatch.setattr(AIOKafkaConsumer, "getmany", spied)
+    restorer = Restorer(Settings(bootstrap_servers=kafka_bootstrap))
+    restored = await restorer.restore(tp.topic, 0, head=head)
+    assert restorer.last_records[tp] == 0
+    assert sorted(restored.store.ids()) == ["a", "b"] and restored.active == {"b"}
+    assert waits and max(waits) <= readto.STEP_MS, waits
 
 
 async def test_standbys_keep_a_replica_current_and_hand_it_over_once(

@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from gateway.kafka.assign.replica import Replica, Restored
 from gateway.kafka.wire import clients
 from gateway.kafka.wire.batched import Batched
+from gateway.kafka.wire.readto import read_to
 from gateway.settings import Settings
 from gateway.state.store import ThreadStore
 
@@ -129,9 +130,8 @@ class Restorer:
             replica = head if head is not None else Replica(thread_of)
             before = replica.records
             reader.seek(tp, replica.position if replica.position is not None else start)
-            while await reader.position(tp) < end:
-                batch = await reader.getmany(tp, timeout_ms=1000)
-                replica.apply(batch.get(tp, ()))
+            async for records in read_to(reader, tp, end):
+                replica.apply(records)
             self.last_records[tp] = replica.records - before
             return replica.restored()
         finally:
