@@ -357,9 +357,12 @@ class Settings(BaseSettings):
     broker). The broker bounds it (group.min.session.timeout.ms, default 6000, and
     group.max.session.timeout.ms); with static_membership it is also how long a restart
     may take without moving anything."""
-    heartbeat_interval_ms: int = Field(default=2000, ge=100)
-    """Consumer group heartbeat interval: how soon a rebalance is noticed; at most a third
-    of session_timeout_ms."""
+    heartbeat_interval_ms: int = Field(default=500, ge=100)
+    """Consumer group heartbeat interval: how soon an instance hears of a rebalance. The
+    group's protocol is eager (every pair of every instance stops at a rebalance), and a
+    rebalance waits for the last instance to hear of it, so the others' pairs stop for up
+    to about this long plus the join and the preparation. Each instance sends one small
+    request per interval. Less than session_timeout_ms (a third of it at most is usual)."""
 
     # --- When the broker is gone ------------------------------------------------------
     broker_timeout_s: float = Field(default=10.0, gt=0)
@@ -615,6 +618,16 @@ class Settings(BaseSettings):
         if value == 0:
             raise ValueError("a number of days of at least 1, or -1 to keep audit records forever")
         return value
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> Settings:
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be less than "
+                f"session_timeout_ms ({self.session_timeout_ms}): a member whose heartbeats "
+                "are further apart than its session is taken for dead between two of them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _group_names_are_legal(self) -> Settings:

@@ -50,6 +50,12 @@ def test_templates_need_the_agent_placeholder_once():
         Settings(events_topic="agui.events")
 
 
+def test_a_heartbeat_no_shorter_than_the_session_is_refused():
+    with pytest.raises(ValidationError, match="heartbeat_interval_ms .6000. must be less"):
+        Settings(session_timeout_ms=6000, heartbeat_interval_ms=6000)
+    assert Settings(session_timeout_ms=6000, heartbeat_interval_ms=5999).heartbeat_interval_ms
+
+
 def test_subscription_pattern_matches_events_and_requests_only():
     pattern = re.compile(Settings().subscription_pattern())
     assert pattern.match("agui.billing.events") and pattern.match("agui.billing.requests")

@@ -247,11 +247,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     partitions, rate = size.instances_partitions, size.instances_rate
     session_ms = size.instances_session_timeout_ms
     names = Names(f"{ctx.namespace}-inst", f"{ctx.namespace}-insto", f"{ctx.namespace}-inst")
-    overrides: dict[str, Any] = {
-        "session_timeout_ms": session_ms,
-        "heartbeat_interval_ms": max(100, session_ms // 6),
-        "standby_replicas": 1,
-    }
+    overrides: dict[str, Any] = {"session_timeout_ms": session_ms, "standby_replicas": 1}
     # a setting given with --gateway-setting is measured instead of the scenario's own
     overrides.update({k: v for k, v in SETTING_OVERRIDES.items() if k in overrides})
     settings = make_settings(names, ctx.bootstrap, **overrides)
@@ -369,7 +365,8 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     twice = [c for c, at in driver.forwarded.items() if len(at) > 1]
     how = (
         f"{INSTANCES} processes, {partitions} pairs, {rate:g} requests/s offered, "
-        f"session_timeout_ms={session_ms}, standby_replicas=1"
+        f"session_timeout_ms={session_ms}, "
+        f"heartbeat_interval_ms={settings.heartbeat_interval_ms}, standby_replicas=1"
     )
     how_added = f"{INSTANCES} -> {INSTANCES + 1} processes, " + how.split(", ", 1)[1]
     figures = [
