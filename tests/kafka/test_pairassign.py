@@ -212,6 +212,52 @@ def test_warm_claims_keep_the_balance(owners, before, replicas, rnd):
     assert spread(second) <= 1
 
 
+def test_an_instance_added_moves_only_the_standbys_it_must():
+    members = ["a", "b", "c"]
+    first = balance(units(12), members, {})
+    warm = standbys(first, 1)
+    second = balance(units(12), [*members, "d"], first, warm=warm)
+    again = standbys(second, 1, warm=warm)
+    assert sorted(len(v) for v in again.values()) == [3, 3, 3, 3]
+    kept = sum(len(set(again[m]) & set(warm[m])) for m in members)
+    assert kept == 9  # each of the three keeps its share; only d's three are new
+    for member, held in again.items():
+        assert not set(held) & set(second[member])
+
+
+@given(
+    st.integers(0, 40),
+    st.integers(1, 6),
+    st.integers(1, 3),
+    st.randoms(use_true_random=False),
+)
+@settings(max_examples=300, deadline=None)
+def test_sticky_standbys_stay_complete_and_even(owners, before, replicas, rnd):
+    pool = units(owners, 2)
+    old_members = [f"m{i}" for i in range(before)]
+    first = balance(pool, old_members, {})
+    warm = standbys(first, replicas)
+    # a rebalance that changes nothing moves no standby
+    assert standbys(first, replicas, warm=warm) == warm
+    survivors = [m for m in old_members if rnd.random() < 0.6]
+    members = survivors + (["new"] if rnd.random() < 0.7 or not survivors else [])
+    second = balance(pool, members, {m: first[m] for m in survivors}, warm=warm)
+    again = standbys(second, replicas, warm={m: warm[m] for m in survivors})
+    count = min(replicas, len(members) - 1)
+    owner = {u: m for m, held in second.items() for u in held}
+    for unit in pool:
+        holders = [m for m, held in again.items() if unit in held]
+        assert len(holders) == len(set(holders)) == max(count, 0)
+        assert owner[unit] not in holders
+    share = -(-len(pool) * max(count, 0) // len(members))
+    sizes = [len(v) for v in again.values()]
+    assert max(sizes) - min(sizes) <= 1, again
+    for member in survivors:  # what a survivor kept warm and may still keep, it keeps
+        still = [u for u in warm[member] if owner[u] != member]
+        kept = set(again[member]) & set(still)
+        assert len(kept) >= min(len(still), share) - count, (member, warm, again)
+
+
 def test_claims_carry_warm_units_and_a_member_before_standbys_is_still_read():
     data = encode_claims([("a", 0)], [("b", 1)])
     assert decode_claims(data) == [("a", 0)] and decode_warm(data) == [("b", 1)]

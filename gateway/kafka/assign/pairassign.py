@@ -12,7 +12,8 @@ stays needs no restore (`Assignment.revoke` keeps its state until the next
 assignment).
 
 Warm standbys: the leader also places `standby_replicas` standbys of each unit
-(`standbys`: on the other members, never the unit's own, each member's units
+(`standbys`: on the other members, never the unit's own; sticky, each member
+keeping the replicas it has within an even share; the rest of each member's units
 spread in turn over the members after it in sorted order, so that a member's death
 leaves its units' replicas spread over the survivors) and sends each member its
 standby units in the assignment's user data. A member reads their changelogs
@@ -113,29 +114,77 @@ def standbys(
     chosen: Mapping[str, Iterable[Unit]],
     replicas: int,
     eligible: Callable[[str, Unit], bool] = lambda member, unit: True,
+    warm: Mapping[str, Iterable[Unit]] | None = None,
 ) -> dict[str, list[Unit]]:
     """Each unit's standbys: up to `replicas` other members (never its owner, at most
-    one fewer than the members). The r-th unit of the member at index i in sorted
-    order goes to the members after i, starting r places on (wrapping): a member's
-    units are spread evenly over the others, so that each survivor of its death keeps
-    a share of them warm."""
+    one fewer than the members), the members' counts within one of each other where
+    the owners allow it.
+
+    Sticky: a member that keeps a unit warm now (`warm`, from its join) keeps it, so an
+    instance that joins or leaves moves only the standbys it must, and a replica kept
+    is not read again from its changelog's beginning. The standbys still wanted are
+    placed by rule: the r-th unit of the member at index i in sorted order goes to the
+    members after i, starting r places on (wrapping), those below an even share first.
+    With no warm units that spreads a member's units evenly over the others, so that
+    each survivor of its death keeps a share of them warm. Last, while one member holds
+    two more than another, one it placed last moves to the other."""
     order = sorted(chosen)
     out: dict[str, list[Unit]] = {member: [] for member in order}
     count = min(replicas, len(order) - 1)
     if count <= 0:
         return out
+    owner = {unit: member for member in order for unit in chosen[member]}
+    share = -(-len(owner) * count // len(order))  # each member's even share (ceil)
+    holders: dict[Unit, list[str]] = {unit: [] for unit in owner}
+
+    def can_hold(member: str, unit: Unit) -> bool:
+        return owner[unit] != member and member not in holders[unit] and eligible(member, unit)
+
+    def place(member: str, unit: Unit) -> None:
+        out[member].append(unit)
+        holders[unit].append(member)
+
+    for member in order:
+        for unit in sorted(set((warm or {}).get(member, ()))):
+            if unit in owner and len(holders[unit]) < count and can_hold(member, unit):
+                place(member, unit)
     for i, member in enumerate(order):
         others = order[i + 1 :] + order[:i]
         for rank, unit in enumerate(sorted(chosen[member])):
-            picked = 0
-            for step in range(len(others)):
-                candidate = others[(rank + step) % len(others)]
-                if eligible(candidate, unit):
-                    out[candidate].append(unit)
-                    picked += 1
-                    if picked == count:
-                        break
-    return out
+            turn = [others[(rank + step) % len(others)] for step in range(len(others))]
+            free = [m for m in turn if can_hold(m, unit)]
+            for candidate in sorted(free, key=lambda m: len(out[m]) >= share):  # stable
+                if len(holders[unit]) == count:
+                    break
+                place(candidate, unit)
+    _even_out(order, out, holders, can_hold)
+    return {member: sorted(held) for member, held in out.items()}
+
+
+def _even_out(
+    order: list[str],
+    out: dict[str, list[Unit]],
+    holders: dict[Unit, list[str]],
+    can_hold: Callable[[str, Unit], bool],
+) -> None:
+    """Move standbys from the member holding most to those holding fewest, the last
+    placed first, while they differ by two or more and one can move (each move lowers
+    the sum of the counts' squares: it ends)."""
+    while True:
+        most = max(order, key=lambda m: len(out[m]))
+        for least in sorted(order, key=lambda m: len(out[m])):
+            if len(out[most]) - len(out[least]) <= 1:
+                return
+            movable = [u for u in reversed(out[most]) if can_hold(least, u)]
+            if movable:
+                unit = movable[0]
+                out[most].remove(unit)
+                holders[unit].remove(most)
+                out[least].append(unit)
+                holders[unit].append(least)
+                break
+        else:
+            return
 
 
 def encode_claims(units: Iterable[Unit], warm: Iterable[Unit] = ()) -> bytes:
@@ -233,14 +282,15 @@ def pair_assignor(
             def eligible(member: str, unit: Unit) -> bool:
                 return topics_of[unit] <= subscribed[member]
 
+            kept_warm = {member: decode_warm(m.user_data) for member, m in members.items()}
             chosen = balance(
                 topics_of,
                 members,
                 {member: decode_claims(m.user_data) for member, m in members.items()},
                 eligible,
-                {member: decode_warm(m.user_data) for member, m in members.items()},
+                kept_warm,
             )
-            warm = standbys(chosen, standby_replicas, eligible)
+            warm = standbys(chosen, standby_replicas, eligible, kept_warm)
             result = {}
             for member, units in chosen.items():
                 by_topic: dict[str, list[int]] = {}
