@@ -49,7 +49,7 @@ from gateway.kafka.exactly_once.transaction import read_failure
 from gateway.kafka.pairs.agents import layout_for
 from gateway.kafka.pairs.pair import PairContext, PartitionPair
 from gateway.kafka.pairs.slot import PairKey, PairSlot
-from gateway.kafka.pairs.sweeps import SweepPlan
+from gateway.kafka.pairs.sweeps import SweepPlan, SweepTurns
 from gateway.kafka.wire import clients, fetchsessions, fetchwalk
 from gateway.kafka.wire.attestation import Verifier
 from gateway.kafka.wire.brokerwatch import BrokerWatch
@@ -65,13 +65,14 @@ from gateway.state.retention import Retention
 
 log = logging.getLogger("gateway.runner")
 
-# Threads the sweeps look at per round, over all the pairs sweeping (decoding restored
-# ones), shared between them: a slice per pair grew with the pairs sweeping at once, and
-# with a group's few large pairs a round swept about one pair's whole store (2,500
-# threads at 10,000 agents in 8 pairs), which held the round and made the p99.
+# Threads the sweeps look at per round at most, over all the pairs sweeping (decoding
+# restored ones), shared between them: a slice per pair grew with the pairs sweeping at
+# once, and with a group's few large pairs a round swept about one pair's whole store
+# (2,500 threads at 10,000 agents in 8 pairs), which held the round and made the p99.
+# Within it, a round sweeps only its share of time (`SweepTurns`).
 SWEEP_SLICE = 1000
-SWEEP_SLICE_MIN = 50  # a pair's share never falls below this: every pass moves on
-SWEEP_CHANGES = 100  # expiries announced or threads forgotten per pair per round
+SWEEP_CHUNK = 50  # threads a pair's pass looks at per turn
+SWEEP_CHANGES = 50  # expiries announced or threads forgotten per turn
 PENDING_LIMIT = 20_000  # uncommitted records or state changes that force a commit
 LAG_INTERVAL_S = 5.0
 GRANT_LOOK_S = 5.0  # longest look at whether a refused consumer's group answers again
@@ -225,6 +226,7 @@ class Gateway:
         self._running = False
         self._recount_due = False
         self.sweeps = SweepPlan(settings.sweep_interval_s, SWEEP_SLICE)
+        self.sweep_turns = SweepTurns(time.perf_counter, SWEEP_SLICE, SWEEP_CHUNK, SWEEP_CHANGES)
         self._last_lag = 0.0
         self._lag_task: asyncio.Task[None] | None = None
         self.consumer_denial = ConsumerDenial()
@@ -577,11 +579,7 @@ class Gateway:
 
     def _sweep(self, ready: list[PairSlot], starting: set[PairKey], wall_ms: int) -> None:
         sweep = [s for s in ready if s.pair.sweeping or s.key in starting]
-        share = max(SWEEP_SLICE_MIN, SWEEP_SLICE // max(1, len(sweep)))
-        passes_done = [
-            slot.pair.sweep(wall_ms, limit=share, max_changes=SWEEP_CHANGES) for slot in sweep
-        ]
-        if any(passes_done):
+        if self.sweep_turns.run(sweep, starting, wall_ms):
             # Thread states are acyclic and long-lived: a full collection walking all of
             # them stalls a round for 100+ ms at 100k threads. Frozen, they are skipped
             # (reference counting still frees them).
