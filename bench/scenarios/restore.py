@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from bench.broker import Admin, produce_transactional
 from bench.config import Context
 from bench.gatewayrun import AGENT, Names, make_settings
+from bench.profiling import Profile
 from bench.report import Figure, best, figure
 from bench.workload import Ids, idle_thread_events, interrupted_thread_events, iso, partition_for
 from gateway.core import ThreadState, apply_event
@@ -172,6 +173,14 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             f"restore rep {rep + 1}/{size.repeat}: raw read {raw_s:.2f} s, gateway {gw_s:.2f} s "
             f"(ratio {raw_s / gw_s:.3f})"
         )
+    profile: dict[str, Any] | None = None
+    if ctx.profile:  # an extra restore, not one of the measured ones
+        prof = Profile("restore", ctx.out)
+        prof.start()
+        await gateway_restore(gateway, size.partitions)
+        prof.stop()
+        profile = prof.summary()
+        ctx.log(f"restore: profile written to {prof.text_path}")
     how = f"best of {size.repeat}" if size.repeat > 1 else "single run"
     figures = [
         figure(
@@ -200,5 +209,6 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         "mean_value_bytes": round(sum(len(r[2] or b"") for r in records) / n, 1),
         "headers": sorted({k for r in records for k, _ in r[3]}),
         "runs": runs,
+        "profile": profile,
     }
     return figures, detail

@@ -414,6 +414,11 @@ HEADER_OPEN = "agui-open"
 _STATUS_BYTES = {status: str(status).encode() for status in RunStatus}
 
 
+def status_bytes(status: RunStatus) -> bytes:
+    """The status hint's value for `status`."""
+    return _STATUS_BYTES[status]
+
+
 def hints(state: ThreadState) -> list[tuple[str, bytes]]:
     """The headers a changelog record carries about its state."""
     return [
@@ -424,19 +429,18 @@ def hints(state: ThreadState) -> list[tuple[str, bytes]]:
 
 def read_hints(headers: object) -> tuple[str, int] | None:
     """(status, open interrupts) from a record's headers, or None when absent or unreadable."""
-    status: str | None = None
-    open_count: int | None = None
+    status = open_count = None
     for key, value in headers or ():  # type: ignore[attr-defined]
-        try:
-            if key == HEADER_STATUS:
-                status = value.decode()
-            elif key == HEADER_OPEN:
-                open_count = int(value)
-        except (UnicodeDecodeError, ValueError, AttributeError):
-            return None
+        if key == HEADER_STATUS:
+            status = value
+        elif key == HEADER_OPEN:
+            open_count = value
     if status is None or open_count is None:
         return None
-    return status, open_count
+    try:
+        return status.decode(), int(open_count)
+    except (UnicodeDecodeError, ValueError, AttributeError, TypeError):
+        return None
 
 
 # --- keys ------------------------------------------------------------------------------------

@@ -108,6 +108,12 @@ class ThreadStore:
         else:
             self._committed[thread_id] = value
 
+    def held(self) -> dict[str, ThreadState | bytes]:
+        """The committed map itself, for a restore or a replica to fill as `load` would
+        (changelog bytes under a key, popped for a tombstone): one call per record
+        costs a restore's loop a fifth of its time."""
+        return self._committed
+
     def __len__(self) -> int:
         return len(self._committed)
 
