@@ -38,6 +38,7 @@ from bench.gatewayrun import (
 from bench.profiling import Profile
 from bench.report import Figure, best, figure, median
 from bench.workload import EXPECTED, DecisionWorkload
+from gateway.kafka.wire import txnretry
 from gateway.settings import Settings
 
 
@@ -51,6 +52,7 @@ async def raw_decide(
     settings: Settings,
 ) -> float:
     """Seconds a consume → transactional produce loop takes from first record to last commit."""
+    txnretry.install()  # the same retry of a transaction's first write as the gateway's
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         transactional_id=f"{group}-{uuid.uuid4().hex[:8]}",

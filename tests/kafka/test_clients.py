@@ -121,3 +121,20 @@ async def test_a_stop_whose_caller_is_cancelled_is_cancelled() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_transactional_producer_asks_again_soon_after_concurrent_transactions(
+    monkeypatch,
+) -> None:
+    """aiokafka waits a fixed 20 ms before asking again for a transaction's first
+    write refused while the last one's markers are written; every transactional
+    producer the gateway builds makes that 2 ms (txnretry)."""
+    from aiokafka.producer import sender
+
+    from gateway.kafka.wire import txnretry
+
+    monkeypatch.setattr(sender, "BACKOFF_OVERRIDE", 0.02)  # aiokafka's own, restored after
+    clients.producer(Settings())  # not transactional: left as it is
+    assert sender.BACKOFF_OVERRIDE == 0.02 and not txnretry.installed()
+    clients.producer(Settings(), transactional_id="t", enable_idempotence=True)
+    assert sender.BACKOFF_OVERRIDE == txnretry.RETRY_S == 0.002 and txnretry.installed()

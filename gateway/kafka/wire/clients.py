@@ -33,6 +33,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.metadata import MetadataRequest
 
+from gateway.kafka.wire import txnretry
 from gateway.settings import Settings
 
 PREFLIGHT_TIMEOUT_S = 15.0
@@ -60,6 +61,8 @@ def consumer(settings: Settings, *topics: str, **kwargs: Any) -> AIOKafkaConsume
 
 
 def producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:
+    if kwargs.get("transactional_id"):
+        txnretry.install()  # transactions one after another: see txnretry
     return AIOKafkaProducer(**kwargs, **common(settings))
 
 
