@@ -69,21 +69,22 @@ class Replica:
                 open_.pop(key, None)
                 continue
             held[key] = value  # decoded on first read
-            headers = message.headers
+            headers = message.headers or ()
             if (
                 len(headers) == 2
                 and headers[0][0] == STATUS
                 and headers[1][0] == OPEN
-                and (headers[1][1] == b"0" or headers[1][1].isdigit())
+                and isinstance(count := headers[1][1], bytes)
+                and count.isdigit()
             ):
                 if headers[0][1] == ACTIVE:
                     active.add(key)
                 else:
                     active.discard(key)
-                if headers[1][1] == b"0":
+                if count == b"0":
                     open_.pop(key, None)
                 else:
-                    open_[key] = int(headers[1][1])
+                    open_[key] = int(count)
                 continue
             hint = changelog.read_hints(headers)
             if hint is None:  # no hints: decode now (None when unreadable)
