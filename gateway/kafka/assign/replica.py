@@ -13,7 +13,7 @@ keeps, past any offset, every key's latest record written after it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from aiokafka.structs import ConsumerRecord
@@ -69,7 +69,7 @@ class Replica:
                 open_.pop(key, None)
                 continue
             held[key] = value  # decoded on first read
-            headers = message.headers or ()
+            headers: Sequence[tuple[str, bytes | None]] = message.headers or ()
             if (
                 len(headers) == 2
                 and headers[0][0] == STATUS
