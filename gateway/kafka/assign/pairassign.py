@@ -151,12 +151,13 @@ def standbys(
     for i, member in enumerate(order):
         others = order[i + 1 :] + order[:i]
         for rank, unit in enumerate(sorted(chosen[member])):
-            turn = [others[(rank + step) % len(others)] for step in range(len(others))]
-            free = [m for m in turn if can_hold(m, unit)]
-            for candidate in sorted(free, key=lambda m: len(out[m]) >= share):  # stable
-                if len(holders[unit]) == count:
-                    break
-                place(candidate, unit)
+            for anyone in (False, True):  # those below their share first
+                for step in range(len(others)):
+                    if len(holders[unit]) >= count:  # kept where it was, or placed
+                        break
+                    candidate = others[(rank + step) % len(others)]
+                    if (anyone or len(out[candidate]) < share) and can_hold(candidate, unit):
+                        place(candidate, unit)
     _even_out(order, out, holders, can_hold)
     return {member: sorted(held) for member, held in out.items()}
 
@@ -175,10 +176,10 @@ def _even_out(
         for least in sorted(order, key=lambda m: len(out[m])):
             if len(out[most]) - len(out[least]) <= 1:
                 return
-            movable = [u for u in reversed(out[most]) if can_hold(least, u)]
-            if movable:
-                unit = movable[0]
-                out[most].remove(unit)
+            held = out[most]
+            at = next((i for i in range(len(held) - 1, -1, -1) if can_hold(least, held[i])), None)
+            if at is not None:
+                unit = held.pop(at)
                 holders[unit].remove(most)
                 out[least].append(unit)
                 holders[unit].append(least)
