@@ -143,9 +143,7 @@ class Opened:
     @staticmethod
     def from_json(value: bytes) -> Opened:
         """Read a value; ValueError (orjson's, or a missing member) when it is not one."""
-        body = orjson.loads(value)
-        if not isinstance(body, dict) or body.get("v") != FORMAT_VERSION:
-            raise ValueError("not an interrupt record of a known version")
+        body = _versioned(value, "an interrupt record")
         try:
             return Opened(
                 agent=_text(body["agent"]),
@@ -166,6 +164,15 @@ class Opened:
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"interrupt record lacks a member: {exc}") from exc
+
+
+def _versioned(value: bytes, what: str) -> dict[str, Any]:
+    """A record's JSON object of this format's version; ValueError (orjson's, or saying
+    it is not `what` of a known version) otherwise."""
+    body = orjson.loads(value)
+    if not isinstance(body, dict) or body.get("v") != FORMAT_VERSION:
+        raise ValueError(f"not {what} of a known version")
+    return body
 
 
 def _text(value: Any) -> str:
@@ -235,9 +242,7 @@ class RunClosed:
     @staticmethod
     def from_json(value: bytes) -> RunClosed:
         """Read a value; ValueError when it is not a run record."""
-        body = orjson.loads(value)
-        if not isinstance(body, dict) or body.get("v") != FORMAT_VERSION:
-            raise ValueError("not a run record of a known version")
+        body = _versioned(value, "a run record")
         if body.get("kind") != "run" or body.get("status") not in RUN_STATUSES:
             raise ValueError("not a run record, or a run status this reader does not know")
         try:
