@@ -25,7 +25,3 @@ def install() -> None:
     """Ask again after RETRY_S (idempotent; the producers built by `clients` call it)."""
     if hasattr(sender, "BACKOFF_OVERRIDE"):
         sender.BACKOFF_OVERRIDE = RETRY_S
-
-
-def installed() -> bool:
-    return getattr(sender, "BACKOFF_OVERRIDE", None) == RETRY_S
