@@ -4,7 +4,11 @@ Runs hand their events to the outbox, which holds at most `capacity_bytes` of
 them (a run waits for room: a slow broker slows the agent's stream through TCP,
 never the bridge's memory). A loop writes what is held in one transaction with
 the partition's marker record and the consumed offset, group-committing
-whatever arrived meanwhile. `commit()` returns once everything handed in before
+whatever arrived meanwhile. The offset is written only when it moved: a
+transaction that only starts a run (the marker made durable before the agent is
+called) has no offset to commit, and skipping it saves two of its five round
+trips to the broker (the marker, not the group's offset, is what a new owner
+resumes from; the two stay equal). `commit()` returns once everything handed in before
 it, and the ledger's state at that moment, is committed.
 
 A failed transaction fails the outbox for good: the partition is rebuilt from
@@ -62,6 +66,9 @@ class Outbox:
         self._room = asyncio.Event()
         self._room.set()
         self._task: asyncio.Task[None] | None = None
+        # the group's offset this outbox last committed: a transaction that leaves it
+        # as it was (a run started, none ended) does not commit it again
+        self._offset_committed: int | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name=f"outbox-{self.tp}")
@@ -129,15 +136,17 @@ class Outbox:
                 partition=self.tp.partition,
             )
             transaction.watch_failures([sent])
-            await self.producer.send_offsets_to_transaction(
-                {self.tp: OffsetAndMetadata(marker.next, "")}, self.group_id
-            )
+            if marker.next != self._offset_committed:
+                await self.producer.send_offsets_to_transaction(
+                    {self.tp: OffsetAndMetadata(marker.next, "")}, self.group_id
+                )
             await self.producer.commit_transaction()
         except BaseException:
             transaction.watch_transaction(self.producer)
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.producer.abort_transaction())
             raise
+        self._offset_committed = marker.next
         self.ledger.committed(marker.next)
 
     def _fail(self, waiters: list[asyncio.Future[None]], exc: BaseException) -> None:
