@@ -424,6 +424,11 @@ class Settings(BaseSettings):
     """Largest SSE event accepted from an agent; a larger one ends the run."""
     bridge_buffer_bytes: int = Field(default=8 << 20, ge=1)
     """Relayed bytes buffered per partition before runs wait."""
+    bridge_linger_ms: int = Field(default=3, ge=0, le=1000)
+    """How long a partition's outbox waits, once something is handed to it, before
+    it starts a transaction: what arrives meanwhile (a run's last events, its end,
+    other runs' starts) shares that transaction. Up to this much latency on each
+    event and run start, for fewer transactions (0: start at once)."""
     bridge_pending_requests: int = Field(default=1000, ge=1)
     """Run requests waiting per partition before it is paused."""
     bridge_http_port: int = Field(default=9465, ge=0, le=65535)

@@ -4,12 +4,14 @@ Runs hand their events to the outbox, which holds at most `capacity_bytes` of
 them (a run waits for room: a slow broker slows the agent's stream through TCP,
 never the bridge's memory). A loop writes what is held in one transaction with
 the partition's marker record and the consumed offset, group-committing
-whatever arrived meanwhile. The offset is written only when it moved: a
-transaction that only starts a run (the marker made durable before the agent is
-called) has no offset to commit, and skipping it saves two of its five round
-trips to the broker (the marker, not the group's offset, is what a new owner
-resumes from; the two stay equal). `commit()` returns once everything handed in before
-it, and the ledger's state at that moment, is committed.
+whatever arrived meanwhile. Once woken it lingers `linger_s`
+(`bridge_linger_ms`) first, so what arrives together (a run's last events and
+its end, other runs' starts) shares a transaction. The offset is written only
+when it moved: a transaction that only starts a run (its marker made durable
+before the agent is called) would commit the same offset again, two of its five
+round trips to the broker (the marker, not the group's offset, is what a new
+owner resumes from; the two stay equal). `commit()` returns once everything
+handed in before it, and the ledger's state at that moment, is committed.
 
 A failed transaction fails the outbox for good: the partition is rebuilt from
 what Kafka holds (a run it was relaying is then closed as `bridge_restarted`).
@@ -49,6 +51,7 @@ class Outbox:
         group_id: str,
         capacity_bytes: int,
         metrics: BridgeMetrics,
+        linger_s: float = 0.0,
     ) -> None:
         self.producer = producer
         self.ledger = ledger
@@ -57,6 +60,7 @@ class Outbox:
         self.runs_topic = runs_topic
         self.group_id = group_id
         self.capacity_bytes = capacity_bytes
+        self.linger_s = linger_s
         self._held_bytes = 0
         self.metrics = metrics
         self.failed: BaseException | None = None
@@ -99,6 +103,8 @@ class Outbox:
     async def _loop(self) -> None:
         while True:
             await self._wake.wait()
+            if self.linger_s > 0:  # what arrives meanwhile shares the transaction
+                await asyncio.sleep(self.linger_s)
             self._wake.clear()
             held, self._held = self._held, []
             self._held_bytes = 0

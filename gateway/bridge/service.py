@@ -275,6 +275,7 @@ class Bridge:
                 group_id=s.bridge_group_id,
                 capacity_bytes=s.bridge_buffer_bytes,
                 metrics=self.metrics,
+                linger_s=s.bridge_linger_ms / 1000,
             )
             outbox.start()
             runs = PartitionRuns(

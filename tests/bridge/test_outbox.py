@@ -8,6 +8,7 @@ last marker's `next` end equal.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import orjson
@@ -98,3 +99,56 @@ async def test_a_transaction_commits_the_groups_offset_only_when_it_moved(
         assert [m["next"] for m in markers] == [0, 0, 0, 1, 2]
     finally:
         await reader.stop()
+
+
+async def test_what_arrives_within_the_linger_shares_one_transaction(
+    kafka_bootstrap: str, create_topics
+) -> None:
+    prefix = "it" + uuid.uuid4().hex[:10]
+    requests, events, runs = (f"{prefix}.{name}" for name in ("run-requests", "events", "runs"))
+    await create_topics([requests, events, runs])
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_bootstrap,
+        transactional_id=f"{prefix}-outbox",
+        enable_idempotence=True,
+    )
+    commits = 0
+    commit_transaction = producer.commit_transaction
+
+    async def counted() -> None:
+        nonlocal commits
+        commits += 1
+        await commit_transaction()
+
+    producer.commit_transaction = counted  # type: ignore[method-assign]
+    await producer.start()
+    ledger = PartitionLedger(MarkerState(0))
+    outbox = Outbox(
+        producer,
+        ledger,
+        tp=TopicPartition(requests, 0),
+        events_topic=events,
+        runs_topic=runs,
+        group_id=f"{prefix}-bridge",
+        capacity_bytes=1 << 20,
+        metrics=BridgeMetrics(CollectorRegistry()),
+        linger_s=0.5,  # far longer than the steps below take
+    )
+    outbox.start()
+    try:
+        run = RunRequest(0, b"t1", b"{}")
+        assert ledger.accept(run)
+        ledger.start(run)
+        await outbox.commit()
+        assert commits == 1
+        # a run's events, then its end, handed in one after another: one transaction
+        for event in (b'{"type":"RUN_STARTED"}', b'{"type":"RUN_FINISHED"}'):
+            await outbox.emit(b"t1", event, [])
+            await asyncio.sleep(0.01)  # the outbox's loop is woken in between
+        ledger.end(0)
+        await outbox.commit()
+        assert commits == 2
+        assert ledger.committed_next == 1
+    finally:
+        await outbox.stop()
+        await producer.stop()
