@@ -10,10 +10,31 @@ run's port, from /proc; NaN when the broker is not one it runs).
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from bench.scenarios.latency import _broker_pid, _cpu_seconds
+from bench.broker import REPO_ROOT
+
+
+def broker_pid(bootstrap: str) -> int | None:
+    """The pid of the broker deploy/kafka.sh runs on that port, if it is one."""
+    port = bootstrap.rsplit(":", 1)[-1]
+    state = Path(os.environ.get("KAFKA_STATE_DIR") or REPO_ROOT / ".kafka" / port)
+    try:
+        return int((state / "kafka.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process so far, from /proc (NaN: gone)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return math.nan
 
 
 @dataclass(frozen=True)
@@ -24,10 +45,10 @@ class CpuSpent:
 
 class CpuMeter:
     def __init__(self, bootstrap: str) -> None:
-        self._broker = _broker_pid(bootstrap)
+        self._broker = broker_pid(bootstrap)
 
     def now(self) -> CpuSpent:
-        broker = _cpu_seconds(self._broker) if self._broker else math.nan
+        broker = cpu_seconds(self._broker) if self._broker else math.nan
         return CpuSpent(time.process_time(), broker)
 
     def since(self, start: CpuSpent, less_own_s: float = 0.0) -> CpuSpent:

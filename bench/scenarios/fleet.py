@@ -59,6 +59,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.broker import Admin
 from bench.config import Context
+from bench.cpu import cpu_seconds
 from bench.gatewayrun import GatewayProcess
 from bench.outside import (
     GatewayExited,
@@ -69,7 +70,7 @@ from bench.outside import (
     wait_committed,
 )
 from bench.report import Figure, figure, percentile
-from bench.scenarios.latency import REQUESTS_PER_THREAD, _cpu_seconds
+from bench.scenarios.latency import REQUESTS_PER_THREAD
 from bench.workload import EXPECTED, DecisionWorkload, Request
 from gateway.codec.records import HEADER_AGENT
 from gateway.kafka.wire.clients import know_topics
@@ -426,10 +427,10 @@ async def one_size(ctx: Context, agents: int, layout: str = "agent") -> dict[str
             out.update(await _idle(gateway, pid, ctx, size.fleet_idle_seconds))
             async with Load(fleet, workloads, gateway) as load:
                 for rate in RATES:
-                    cpu_before, t0 = _cpu_seconds(pid), time.perf_counter()
+                    cpu_before, t0 = cpu_seconds(pid), time.perf_counter()
                     sent_before = load.next
                     start, end = await load.offer(rate, size.fleet_load_seconds)
-                    cpu = (_cpu_seconds(pid) - cpu_before) / (time.perf_counter() - t0)
+                    cpu = (cpu_seconds(pid) - cpu_before) / (time.perf_counter() - t0)
                     warm = load.between(start + size.latency_warmup_seconds, end)
                     key = f"{rate:.0f}rps"
                     out[f"p50_ms_{key}"] = round(1000 * percentile(warm, 50), 1)
@@ -480,9 +481,9 @@ def namespace_of(ctx: Context, agents: int, layout: str) -> str:
 
 
 async def _idle(gateway: GatewayProcess, pid: int, ctx: Context, seconds: float) -> dict[str, Any]:
-    cpu_before, t0 = _cpu_seconds(pid), time.perf_counter()
+    cpu_before, t0 = cpu_seconds(pid), time.perf_counter()
     await asyncio.sleep(seconds)
-    cpu = (_cpu_seconds(pid) - cpu_before) / (time.perf_counter() - t0)
+    cpu = (cpu_seconds(pid) - cpu_before) / (time.perf_counter() - t0)
     scrapes = [await asyncio.to_thread(scrape, gateway.port) for _ in range(3)]
     return {
         "cpu_percent_idle": round(100 * cpu, 1),

@@ -27,8 +27,9 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from bench.broker import REPO_ROOT, Admin, end_offsets, produce
+from bench.broker import Admin, end_offsets, produce
 from bench.config import Context
+from bench.cpu import broker_pid, cpu_seconds
 from bench.gatewayrun import GatewayProcess, Names, create_topics, make_settings
 from bench.report import Figure, figure, median, percentile
 from bench.workload import EXPECTED, DecisionWorkload
@@ -44,24 +45,6 @@ def _machine_busy() -> tuple[float, float]:
         return math.nan, math.nan
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
     return sum(fields) - idle, sum(fields)
-
-
-def _broker_pid(bootstrap: str) -> int | None:
-    """The pid of the broker deploy/kafka.sh runs on that port, if it is one."""
-    port = bootstrap.rsplit(":", 1)[-1]
-    state = Path(os.environ.get("KAFKA_STATE_DIR") or REPO_ROOT / ".kafka" / port)
-    try:
-        return int((state / "kafka.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _cpu_seconds(pid: int) -> float:
-    try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return math.nan
 
 
 class CpuHog:
@@ -84,7 +67,7 @@ class CpuHog:
     def __exit__(self, *exc: object) -> None:
         assert self.proc is not None
         seconds = time.perf_counter() - self._started
-        self.cpu_percent = round(100 * _cpu_seconds(self.proc.pid) / max(seconds, 1e-9), 1)
+        self.cpu_percent = round(100 * cpu_seconds(self.proc.pid) / max(seconds, 1e-9), 1)
         self.proc.kill()
         self.proc.wait()
 
@@ -214,10 +197,10 @@ async def _offer(
         collector = asyncio.create_task(collect())
         assert gateway.proc is not None
         metrics_before = await asyncio.to_thread(gateway.metrics)
-        cpu_before = _cpu_seconds(gateway.proc.pid)
-        broker = _broker_pid(ctx.bootstrap)
-        broker_before = _cpu_seconds(broker) if broker else math.nan
-        bench_before = _cpu_seconds(os.getpid())
+        cpu_before = cpu_seconds(gateway.proc.pid)
+        broker = broker_pid(ctx.bootstrap)
+        broker_before = cpu_seconds(broker) if broker else math.nan
+        bench_before = cpu_seconds(os.getpid())
         busy_before, total_before = _machine_busy()
         if profiled:
             gateway.proc.send_signal(signal.SIGUSR1)  # sampling starts with the load
@@ -250,9 +233,9 @@ async def _offer(
         while received < expected_forwards and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         drained_seconds = time.perf_counter() - started
-        cpu = _cpu_seconds(gateway.proc.pid) - cpu_before
-        broker_cpu = (_cpu_seconds(broker) - broker_before) if broker else math.nan
-        bench_cpu = _cpu_seconds(os.getpid()) - bench_before
+        cpu = cpu_seconds(gateway.proc.pid) - cpu_before
+        broker_cpu = (cpu_seconds(broker) - broker_before) if broker else math.nan
+        bench_cpu = cpu_seconds(os.getpid()) - bench_before
         busy_after, total_after = _machine_busy()
         stop.set()
         await collector

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import os
 import sys
 import time
 import uuid
@@ -44,6 +46,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from bench.config import Context
+from bench.cpu import broker_pid, cpu_seconds
 from bench.gatewayrun import AGENT, GatewayProcess, Names, create_topics, make_settings
 from bench.report import Figure, figure, percentile
 from gateway.demo import events as ev
@@ -303,7 +306,9 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             for process in processes:
                 await process.wait_ready(120)
             url = f"http://127.0.0.1:{edge.port}/agents/{AGENT}"
+            cpu = _LoopCpu(ctx.bootstrap, {"gateway": gateway, "bridge": bridge, "edge": edge})
             measured, firsts, seconds = await _drive(ctx, url, times)
+            cpu_ms = cpu.ms_per_run(2 * size.loop_conversations)
         finally:
             for process in processes:
                 await process.stop()
@@ -317,6 +322,10 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         "seconds": round(seconds, 1),
         "first_run_p50_ms": round(1000 * percentile(firsts, 50), 1),
         "first_run_p95_ms": round(1000 * percentile(firsts, 95), 1),
+        # CPU per run (two runs a conversation: to the interrupt, then the resumed one)
+        # over the whole drive, warm-up included: the broker's, each process's, and
+        # this one's (the driver and the agent stub)
+        "cpu_ms_per_run": cpu_ms,
         "hops_ms": {
             hop: {
                 "p50": round(1000 * percentile(values, 50), 2),
@@ -332,6 +341,8 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             f"{hop} p50 {v['p50']:.1f} / p95 {v['p95']:.1f} ms"
             for hop, v in result["hops_ms"].items()
         )
+        + "; CPU ms per run: "
+        + ", ".join(f"{name} {ms}" for name, ms in cpu_ms.items())
     )
     how = (
         f"{len(measured)} approving resumes ({size.loop_conversations} conversations, "
@@ -353,4 +364,34 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
                     target,
                 )
             )
+    figures.append(
+        figure(
+            "loop.broker_cpu_ms_per_run",
+            "Broker CPU per agent run in the loop",
+            cpu_ms["broker"],
+            "ms",
+            f"{2 * size.loop_conversations} runs ({size.loop_conversations} conversations), "
+            "the whole drive",
+        )
+    )
     return figures, result
+
+
+class _LoopCpu:
+    """CPU seconds of the broker, the loop's processes and this one from now on."""
+
+    def __init__(self, bootstrap: str, processes: dict[str, GatewayProcess]) -> None:
+        broker = broker_pid(bootstrap)
+        self.pids: dict[str, int | None] = {
+            "broker": broker,
+            **{name: p.proc.pid if p.proc else None for name, p in processes.items()},
+            "driver_and_stub": os.getpid(),
+        }
+        self.start = self._now()
+
+    def _now(self) -> dict[str, float]:
+        return {name: cpu_seconds(pid) if pid else math.nan for name, pid in self.pids.items()}
+
+    def ms_per_run(self, runs: int) -> dict[str, float]:
+        end = self._now()
+        return {name: round(1000 * (end[name] - self.start[name]) / runs, 2) for name in self.pids}
