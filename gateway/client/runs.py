@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from gateway.codec.records import HEADER_AGENT, peek_type
 log = logging.getLogger("gateway.client.runs")
 
 CLOSING = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+BATCH_BYTES = 64 << 10  # `RunTap.batches`: JSON taken together, at least one event
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +170,27 @@ class RunTap:
         `start_timeout` counts from now to the run's `RUN_STARTED`; `run_timeout`
         from now to its close. The watch is removed however the iteration ends.
         """
+        async with contextlib.aclosing(self.batches(watch, start_timeout, run_timeout)) as batches:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+
+    async def batches(
+        self,
+        watch: RunWatch,
+        start_timeout: float,
+        run_timeout: float,
+        max_bytes: int = BATCH_BYTES,
+    ) -> AsyncGenerator[list[RunEvent], None]:
+        """`events`, what has already arrived taken together: for a writer that sends
+        each batch at once (the edge: one write for a run's events read in one fetch,
+        not one per event). A batch holds at least one event, more while under
+        `max_bytes` of JSON; the events before an error are yielded before it is raised.
+        """
         loop = asyncio.get_running_loop()
         start_by = loop.time() + start_timeout
         end_by = loop.time() + run_timeout
+        queue = watch.queue
         try:
             while True:
                 deadline = end_by if watch.started else min(start_by, end_by)
@@ -179,7 +198,7 @@ class RunTap:
                 try:
                     if remaining <= 0:
                         raise TimeoutError
-                    item = await asyncio.wait_for(watch.queue.get(), remaining)
+                    item = queue.get_nowait() if queue.qsize() else await _get(queue, remaining)
                 except TimeoutError:
                     if not watch.started and start_by <= end_by:
                         raise RunNotStarted(
@@ -190,7 +209,16 @@ class RunTap:
                     ) from None
                 if isinstance(item, RunStreamError):
                     raise item
-                yield item
+                batch, size = [item], len(item.json)
+                while not item.closes and size < max_bytes and queue.qsize():
+                    queued = queue.get_nowait()
+                    if isinstance(queued, RunStreamError):
+                        yield batch
+                        raise queued
+                    item = queued
+                    batch.append(item)
+                    size += len(item.json)
+                yield batch
                 if item.closes:
                     return
         finally:
@@ -278,3 +306,10 @@ def _event(value: bytes | None) -> RunEvent | None:
         return None
     line = value if b"\n" not in value and b"\r" not in value else jsonio.dumps(parsed)
     return RunEvent(kind, line, parsed)
+
+
+async def _get(
+    queue: asyncio.Queue[RunEvent | RunStreamError], timeout: float
+) -> RunEvent | RunStreamError:
+    async with asyncio.timeout(timeout):
+        return await queue.get()

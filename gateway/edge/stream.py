@@ -1,7 +1,9 @@
 """A forwarded run as a server-sent event stream, framed as `@ag-ui/client` parses it.
 
 Each event is one `data: <json>` line and a blank line (LF only: CRLF framing
-breaks the client). The stream always ends with the run's `RUN_FINISHED` or
+breaks the client). Events that arrived together (a run's events committed in
+one transaction come in one fetch) are written as one chunk: one write, and one
+read for the client, instead of one per event. The stream always ends with the run's `RUN_FINISHED` or
 `RUN_ERROR`; when the run does not start or close in time, or its reader
 fails, the edge ends it with a `RUN_ERROR` of its own whose `code` says why
 (`run_not_started`, `run_timeout`, `run_buffer_overflow`,
@@ -41,13 +43,14 @@ async def run_frames(
     try:
         first = True
         try:
-            async for event in tap.events(watch, start_timeout, run_timeout):
+            # what arrived together goes out in one write (one chunk: `RunTap.batches`)
+            async for batch in tap.batches(watch, start_timeout, run_timeout):
                 if first:
                     metrics.first_event_seconds.observe(time.monotonic() - forwarded_at)
                     first = False
-                if event.closes:
+                if batch[-1].closes:
                     end = "closed"
-                yield frame(event.json)
+                yield b"".join([frame(event.json) for event in batch])
         except RunStreamError as error:
             end = error.code
             yield edge_run_error(error)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import orjson
@@ -88,6 +89,58 @@ async def test_timeouts_and_overflow_end_the_stream_with_their_code() -> None:
         async for event in t.events(watch, 5, 5):
             seen.append(event.type)
     assert seen == ["RUN_STARTED", "TEXT_MESSAGE_CONTENT"]
+
+
+async def test_what_has_arrived_is_taken_together_within_the_batch_bound() -> None:
+    t = tap(buffer=100)
+    watch = t.watch("t1", "r1")
+    t._route(rec("t1", {"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"}))
+    for word in ("a", "b", "c"):
+        t._route(rec("t1", {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": word}))
+    t._route(rec("t1", {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1"}))
+    batches = [[e.type for e in b] async for b in t.batches(watch, 1, 1)]
+    assert batches == [["RUN_STARTED"] + ["TEXT_MESSAGE_CONTENT"] * 3 + ["RUN_FINISHED"]]
+    assert t.watching == 0
+
+    # a batch stops once it holds max_bytes of JSON (at least one event each)
+    watch = t.watch("t1", "r2")
+    t._route(rec("t1", {"type": "RUN_STARTED", "threadId": "t1", "runId": "r2"}))
+    for word in ("a", "b", "c"):
+        t._route(rec("t1", {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": word}))
+    t._route(rec("t1", {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r2"}))
+    one = len(orjson.dumps({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "a"}))
+    sizes = [len(b) async for b in t.batches(watch, 1, 1, max_bytes=one + 1)]
+    assert sum(sizes) == 5 and max(sizes) == 2 and len(sizes) == 3, sizes
+
+
+async def test_events_before_an_overflow_come_before_its_error() -> None:
+    t = tap(buffer=2)
+    watch = t.watch("t1", "r1")
+    t._route(rec("t1", {"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"}))
+    for _ in range(3):
+        t._route(rec("t1", {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "z"}))
+    seen = []
+    with pytest.raises(RunOverflow):
+        async for batch in t.batches(watch, 5, 5):
+            seen.append([e.type for e in batch])
+    assert seen == [["RUN_STARTED", "TEXT_MESSAGE_CONTENT"]]
+    assert t.watching == 0
+
+
+async def test_a_run_past_its_deadline_times_out_though_events_keep_coming() -> None:
+    t = tap(buffer=1000)
+    watch = t.watch("t1", "r1")
+    t._route(rec("t1", {"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"}))
+    seen = 0
+    with pytest.raises(RunTimedOut):
+        async for batch in t.batches(watch, 5, 0.05):
+            seen += len(batch)
+            await asyncio.sleep(0.02)  # the reader is slow; the agent always has more queued
+            for _ in range(3):
+                t._route(
+                    rec("t1", {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "z"})
+                )
+    assert 1 <= seen < 100
 
 
 def _run(agent: str | None, thread: str, run: str, text: str) -> list[Record]:

@@ -30,9 +30,10 @@ async def test_a_run_streams_to_its_close_and_a_silent_run_gets_the_edges_run_er
     watch = tap.watch("t1", "r1")
     tap._route(_Record({"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"}))
     tap._route(_Record({"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1"}))
-    raw = b"".join([f async for f in run_frames(tap, watch, 1, 1, metrics)])
-    events, _ = sse_events(raw)
+    chunks = [f async for f in run_frames(tap, watch, 1, 1, metrics)]
+    events, _ = sse_events(b"".join(chunks))
     assert [e["type"] for e in events] == ["RUN_STARTED", "RUN_FINISHED"]
+    assert len(chunks) == 1  # arrived together: written together
 
     silent = tap.watch("t1", "r2")
     raw = b"".join([f async for f in run_frames(tap, silent, 0.05, 1, metrics)])
