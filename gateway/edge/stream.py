@@ -4,9 +4,9 @@ Each event is one `data: <json>` line and a blank line (LF only: CRLF framing
 breaks the client). Events that arrived together (a run's events committed in
 one transaction come in one fetch) are written as one chunk: one write, and one
 read for the client, instead of one per event. The stream always ends with the
-run's `RUN_FINISHED` or `RUN_ERROR`; when the run does not start or close in time, or its reader
-fails, the edge ends it with a `RUN_ERROR` of its own whose `code` says why
-(`run_not_started`, `run_timeout`, `run_buffer_overflow`,
+run's `RUN_FINISHED` or `RUN_ERROR`; when the run does not start or close in
+time, or its reader fails, the edge ends it with a `RUN_ERROR` of its own whose
+`code` says why (`run_not_started`, `run_timeout`, `run_buffer_overflow`,
 `events_reader_stopped`).
 """
 
