@@ -16,10 +16,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from aiokafka.structs import ConsumerRecord
-
 from gateway.codec import changelog
 from gateway.core import RunStatus
+from gateway.kafka.wire.asread import AsRead
 from gateway.state.store import ThreadStore
 
 ACTIVE = changelog.status_bytes(RunStatus.ACTIVE)  # the status hint of an active run
@@ -42,7 +41,7 @@ class Replica:
         self.records = 0  # records applied, in all
         self.caught_up_at: float | None = None  # monotonic time it last reached the end
 
-    def apply(self, messages: Iterable[ConsumerRecord]) -> None:
+    def apply(self, messages: Iterable[AsRead]) -> None:
         """Changelog records, in offset order (those before `position` are skipped).
 
         A restore's speed is this loop's, so it does per record the least Python it can:

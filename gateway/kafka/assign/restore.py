@@ -107,14 +107,7 @@ class Restorer:
         thread_of: Callable[[str], str | None] | None,
         head: Replica | None,
     ) -> Restored:
-        reader = clients.consumer(
-            self.settings,
-            client_id=f"{self.settings.client_id}-restore",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",  # a "latest" reset racing the seek would skip all
-            isolation_level="read_committed",
-            max_poll_records=10000,
-        )
+        reader = clients.changelog_reader(self.settings, f"{self.settings.client_id}-restore")
         try:
             await reader.start()
             reader.assign([tp])

@@ -198,15 +198,7 @@ class Standbys:
 
     async def _open(self) -> AIOKafkaConsumer:
         if self._reader is None:
-            s = self.settings
-            reader = clients.consumer(
-                s,
-                client_id=f"{s.client_id}-standby",
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                isolation_level="read_committed",
-                max_poll_records=10000,
-            )
+            reader = clients.changelog_reader(self.settings, f"{self.settings.client_id}-standby")
             await reader.start()
             self._reader = reader
         return self._reader

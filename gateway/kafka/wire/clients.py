@@ -33,7 +33,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.metadata import MetadataRequest
 
-from gateway.kafka.wire import txnretry
+from gateway.kafka.wire import asread, txnretry
 from gateway.settings import Settings
 
 PREFLIGHT_TIMEOUT_S = 15.0
@@ -57,7 +57,23 @@ def common(settings: Settings) -> dict[str, Any]:
 
 
 def consumer(settings: Settings, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
+    if kwargs.get("key_deserializer") is asread.as_read:
+        asread.install()  # its records as the fetch read them: see asread
     return AIOKafkaConsumer(*topics, **kwargs, **common(settings))
+
+
+def changelog_reader(settings: Settings, client_id: str) -> AIOKafkaConsumer:
+    """A reader of changelog partitions into replicas (restores, standbys): committed
+    records only, from the beginning, in large batches, as the fetch read them."""
+    return consumer(
+        settings,
+        client_id=client_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",  # a "latest" reset racing the seek would skip all
+        isolation_level="read_committed",
+        max_poll_records=10000,
+        key_deserializer=asread.as_read,
+    )
 
 
 def producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:
