@@ -13,6 +13,11 @@ partition by partition as the gateway prepares its pairs:
 - baseline: a raw consumer with the same settings reading the same partition
   from its beginning to its end, no decoding.
 
+Each side is timed under the service's collector settings (`agui-gateway run`'s,
+`gateway.commands.collector`), the bench's own objects frozen first: the restore
+runs in that process, and the workload held here must not make either side's
+collections slower.
+
 The figure is a speed ratio: baseline seconds ÷ gateway seconds. If the
 gateway defers decoding to a thread's first read, "restore, then read every
 thread" shows the deferred cost (informative).
@@ -20,9 +25,12 @@ thread" shows the deferred cost (informative).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import random
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,6 +44,7 @@ from bench.gatewayrun import AGENT, Names, make_settings
 from bench.profiling import Profile
 from bench.report import Figure, best, figure
 from bench.workload import Ids, idle_thread_events, interrupted_thread_events, iso, partition_for
+from gateway.commands import collector
 from gateway.core import ThreadState, apply_event
 from gateway.kafka.assign.restore import Restorer
 from gateway.kafka.pairs.pair import PartitionPair
@@ -90,6 +99,18 @@ async def raw_read(bootstrap: str, topic: str, partitions: int) -> tuple[float, 
         finally:
             await reader.stop()
     return time.perf_counter() - started, records
+
+
+@contextlib.contextmanager
+def service_collector() -> Iterator[None]:
+    """The service's collector settings, what exists now frozen; the bench's after."""
+    thresholds = gc.get_threshold()
+    collector.configure()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def _pair(gateway: Gateway, partition: int) -> PartitionPair:
@@ -152,10 +173,12 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     read_all: list[float] = []
     runs = []
     for rep in range(size.repeat):
-        raw_s, seen = await raw_read(ctx.bootstrap, names.changelog, size.partitions)
+        with service_collector():
+            raw_s, seen = await raw_read(ctx.bootstrap, names.changelog, size.partitions)
         if seen != n:
             raise AssertionError(f"raw read saw {seen} of {n} changelog records")
-        gw_s, threads = await gateway_restore(gateway, size.partitions)
+        with service_collector():
+            gw_s, threads = await gateway_restore(gateway, size.partitions)
         if threads != n:
             raise AssertionError(f"restore loaded {threads} of {n} threads")
         all_s, _ = await gateway_restore(gateway, size.partitions, read_all=True)
