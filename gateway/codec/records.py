@@ -80,10 +80,16 @@ def source_of(record: Any) -> dict[str, Any]:
     return {"topic": record.topic, "partition": record.partition, "offset": record.offset}
 
 
-def from_consumer(record: Any, received: float) -> InRecord:
+def from_consumer(record: Any, received: float, where: tuple[str, int] | None = None) -> InRecord:
+    """A consumed record as an InRecord. A record read as the fetch decoded it (the
+    gateway's consumers: `gateway.kafka.wire.asread`) has no topic nor partition: `where`
+    gives them (a ConsumerRecord's own otherwise)."""
+    if isinstance(record, InRecord):
+        return record
+    topic, partition = where if where is not None else (record.topic, record.partition)
     return InRecord(
-        record.topic,
-        record.partition,
+        topic,
+        partition,
         record.offset,
         record.timestamp,
         record.timestamp_type,

@@ -50,7 +50,7 @@ from gateway.kafka.pairs.agents import layout_for
 from gateway.kafka.pairs.pair import PairContext, PartitionPair
 from gateway.kafka.pairs.slot import PairKey, PairSlot
 from gateway.kafka.pairs.sweeps import SweepPlan, SweepTurns
-from gateway.kafka.wire import clients, fetchsessions, fetchwalk
+from gateway.kafka.wire import asread, clients, fetchsessions, fetchwalk
 from gateway.kafka.wire.attestation import Verifier
 from gateway.kafka.wire.brokerwatch import BrokerWatch
 from gateway.kafka.wire.denials import ConsumerDenial
@@ -362,6 +362,7 @@ class Gateway:
             fetch_max_wait_ms=s.fetch_max_wait_ms,
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
+            key_deserializer=asread.as_read,  # no ConsumerRecord per record: see asread
         )
         await self.consumer.start()
         fetchwalk.install(self.consumer)

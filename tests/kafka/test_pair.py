@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from aiokafka.consumer import fetcher
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
 from prometheus_client import CollectorRegistry
 
 from gateway.codec import changelog, jsonio
 from gateway.codec.records import InRecord
 from gateway.kafka.pairs import shaping
 from gateway.kafka.pairs.pair import PairContext, PartitionPair
+from gateway.kafka.wire import asread
 from gateway.kafka.wire.topics import AgentTopics
 from gateway.observe.metrics import Metrics
 from gateway.observe.warnings import WarningLimiter
@@ -249,6 +253,56 @@ def test_forward_keeps_correlation_and_replies_with_latency_observed():
     commit(pair, 0)
     labels = {"agent": "bot", "reason": "tool_call", "status": "resolved"}
     assert registry.get_sample_value("agui_gateway_interrupt_response_seconds_sum", labels) == 60.0
+
+
+def read_as_fetched(records: list[InRecord]) -> list[object]:
+    """The records as the gateway's consumer gets them: decoded from a fetched batch,
+    no topic nor partition (`asread`)."""
+    batch = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for r in records:
+        batch.append(r.offset, r.timestamp, r.key, r.value, list(r.headers))
+    asread.install()
+    return list(
+        fetcher.PartitionRecords(
+            None, MemoryRecords(bytes(batch.build())), [], 0, asread.as_read, None, True, 0
+        )
+    )
+
+
+def test_records_read_as_fetched_are_judged_and_named_with_the_pairs_topics():
+    """The gateway's consumer gives the pair records without topic or partition: its
+    warnings, rejections and audit name where they were read all the same."""
+    pair, registry = make_pair(topics=set())
+    f = Feed()
+    delta = b'{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}'
+    events = [started(), delta, b"\x00\x01", interrupted()]
+    pair.take("events", read_as_fetched([f.rec("events", e, n + 1) for n, e in enumerate(events)]))
+    headers = (("agui-reply-to", b"nowhere"), ("agui-correlation-id", b"c-1"))
+    pair.take(
+        "requests",
+        read_as_fetched(
+            [
+                f.rec("requests", answer(), 10, headers=headers),
+                f.rec("requests", answer("r3"), 11, key="t2"),  # key and threadId differ
+            ]
+        ),
+    )
+    pair.set_fence(4)
+    pair.process(4, 0, 0)
+    out = [(r.topic, orjson.loads(r.value)) for r in pair.round.out]
+    violation, forward, unsent, unknown, rejection = out
+    assert violation[1]["rule"] == "malformed_event"
+    assert violation[1]["source"] == {"topic": "agui.bot.events", "partition": 0, "offset": 2}
+    assert forward[0] == "agui.bot.run-requests" and forward[1]["runId"] == "r2"
+    assert unsent[1]["source"] == {"topic": "agui.bot.requests", "partition": 0, "offset": 0}
+    second = {"topic": "agui.bot.requests", "partition": 0, "offset": 1}
+    assert unknown[1]["source"] == second and rejection[1]["source"] == second
+    assert rejection[0] == "agui.rejections"
+    assert pair.round.offsets == {"events": 4, "requests": 2}
+    commit(pair, 0)
+    assert (
+        sample(registry, "agui_gateway_events_total", agent="bot", type="TEXT_MESSAGE_CONTENT") == 1
+    )
 
 
 def test_reply_to_an_unknown_topic_is_a_warning_not_a_send():

@@ -48,13 +48,20 @@ class Merge:
         self.fence: Fence | None = None
         self.waiting_since: float | None = None
 
-    def take(self, side: str, records: list[Any], received: float = 0.0) -> None:
-        """Buffer consumed records (aiokafka ConsumerRecords or InRecords) of one side."""
+    def take(
+        self,
+        side: str,
+        records: list[Any],
+        received: float = 0.0,
+        where: tuple[str, int] | None = None,
+    ) -> None:
+        """Buffer consumed records of one side: aiokafka's (`where` they were read when
+        they were read as they are: `from_consumer`) or InRecords."""
         if side == "events":
             self.events.extend(records)
         else:
             self.requests.extend(
-                r if isinstance(r, InRecord) else from_consumer(r, received) for r in records
+                r if isinstance(r, InRecord) else from_consumer(r, received, where) for r in records
             )
 
     def needs_fence(self) -> bool:

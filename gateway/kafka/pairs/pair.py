@@ -27,6 +27,7 @@ from gateway.codec.records import (
     InRecord,
     Undecodable,
     decode_json,
+    from_consumer,
     peek_type,
     stream_type,
 )
@@ -124,8 +125,10 @@ class PartitionPair:
     # --- intake ------------------------------------------------------------------------
 
     def take(self, side: str, records: list[Any], received: float = 0.0) -> None:
-        """Buffer consumed records (aiokafka ConsumerRecords or InRecords) of one side."""
-        self.merge.take(side, records, received)
+        """Buffer consumed records of one side (aiokafka's, read as they are or not, or
+        InRecords)."""
+        topic = self.topics.events if side == "events" else self.topics.requests
+        self.merge.take(side, records, received, (topic, self.partition))
 
     def load_store(self, store: ThreadStore, active: set[str], open_interrupts: int) -> None:
         """Take a restored store, with its threads whose run is active and its open count
@@ -204,6 +207,17 @@ class PartitionPair:
         self.round.offsets["events"] = record.offset + 1
         agent = self.layout.identify(record)
         thread_id = shaping.thread_of(record)
+        state = None
+        if thread_id is not None and not isinstance(agent, Unusable):
+            key = self.layout.key(agent, thread_id)
+            state = self.state(key)
+            if state is not None and state.status is RunStatus.ACTIVE:
+                name = stream_type(record.value)
+                if name is not None:
+                    self.round.event_counts[name] += 1  # the hot path: a delta inside an active run
+                    return
+        # anything else may be written about: the record with its topic and partition
+        record = from_consumer(record, 0.0, (self.topics.events, self.partition))
         if isinstance(agent, Unusable):
             self.round.event_counts[event_type_label(peek_type(record.value))] += 1
             self._warn(Finding(agent.code, f"{agent.detail}. Dropped"), record, thread_id, None)
@@ -221,12 +235,6 @@ class PartitionPair:
             )
             return
         key = self.layout.key(agent, thread_id)
-        state = self.state(key)
-        if state is not None and state.status is RunStatus.ACTIVE:
-            name = stream_type(record.value)
-            if name is not None:
-                self.round.event_counts[name] += 1  # the hot path: a delta inside an active run
-                return
         exc = self._guarded(
             lambda: self._apply_decoded(record, agent, key, thread_id, state),
             "internal error applying an event; the thread's state is left as it was",
