@@ -207,6 +207,7 @@ class PartitionPair:
         self.round.offsets["events"] = record.offset + 1
         agent = self.layout.identify(record)
         thread_id = shaping.thread_of(record)
+        key: str | None = None
         state = None
         if thread_id is not None and not isinstance(agent, Unusable):
             key = self.layout.key(agent, thread_id)
@@ -222,7 +223,7 @@ class PartitionPair:
             self.round.event_counts[event_type_label(peek_type(record.value))] += 1
             self._warn(Finding(agent.code, f"{agent.detail}. Dropped"), record, thread_id, None)
             return
-        if thread_id is None:
+        if thread_id is None or key is None:  # (the key is there whenever the thread is)
             self.round.event_counts[event_type_label(peek_type(record.value))] += 1
             self._violation(
                 record,
@@ -234,7 +235,6 @@ class PartitionPair:
                 agent,
             )
             return
-        key = self.layout.key(agent, thread_id)
         exc = self._guarded(
             lambda: self._apply_decoded(record, agent, key, thread_id, state),
             "internal error applying an event; the thread's state is left as it was",
