@@ -60,6 +60,39 @@ def test_only_a_consumer_that_asks_gets_the_records_as_read() -> None:
     assert seen == [(n, b"k%d" % n, b"v%d" % n, [("h", b"x")]) for n in range(3)]
 
 
+def test_the_records_are_built_alike_whether_the_fetcher_names_its_arguments() -> None:
+    asread.install()
+    named = fetcher.PartitionRecords(
+        TP,
+        fetched(2),
+        [],
+        0,
+        key_deserializer=asread.as_read,
+        value_deserializer=None,
+        check_crcs=True,
+        isolation_level=fetcher.READ_UNCOMMITTED,
+    )
+    records = list(named)
+    assert [(r.offset, r.key) for r in records] == [(0, b"k0"), (1, b"k1")]
+    assert not any(isinstance(r, ConsumerRecord) for r in records)
+
+
+def test_an_aiokafka_whose_fetcher_builds_records_otherwise_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Other:  # the key deserializer elsewhere among the arguments
+        def __init__(self, tp, records, key_deserializer, *rest) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def _consumer_record(self, tp, record):  # type: ignore[no-untyped-def]
+            return record
+
+    monkeypatch.setattr(asread, "_Base", Other)
+    monkeypatch.setattr(fetcher, "PartitionRecords", Other)
+    asread.install()
+    assert fetcher.PartitionRecords is Other
+
+
 def test_as_read_is_the_identity_where_it_is_not_installed() -> None:
     """A consumer built with it and no hook gets ordinary records, keys unchanged."""
     assert asread.as_read(b"k") == b"k" and asread.as_read(None) is None

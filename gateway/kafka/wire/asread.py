@@ -25,6 +25,7 @@ Per record, read from a batch of 10,000 in one process (best of seven, six round
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -50,6 +51,7 @@ def as_read(key: bytes | None) -> bytes | None:
 
 
 _Base: Any = getattr(fetcher, "PartitionRecords", None)
+KEY_ARGUMENT = 4  # (tp, records, aborted transactions, fetch offset, key deserializer, ...)
 
 
 if _Base is not None:
@@ -61,23 +63,28 @@ if _Base is not None:
             return record
 
         def __iter__(self) -> Any:
-            # the records' generator itself: no Python call per record to step it
-            records = self._records_iterator
-            return records if records is not None else iter(())
+            # the records' generator itself: no Python call per record to step it (an
+            # aiokafka without it: stepped as aiokafka steps it)
+            records = getattr(self, "_records_iterator", self)
+            return iter(()) if records is None else records
 
 
-def _partition_records(
-    tp: Any, records: Any, aborted: Any, offset: Any, key: Any, *rest: Any
-) -> Any:
+def _partition_records(*args: Any, **kwargs: Any) -> Any:
     """What the fetcher builds for each partition it fetched: aiokafka's own, unless
-    the consumer asked for records as read."""
-    if key is as_read:
-        return AsReadRecords(tp, records, aborted, offset, None, *rest)
-    return _Base(tp, records, aborted, offset, key, *rest)
+    the consumer asked for records as read (its key deserializer, the fifth argument)."""
+    if kwargs.get("key_deserializer") is as_read:
+        return AsReadRecords(*args, **{**kwargs, "key_deserializer": None})
+    if len(args) > KEY_ARGUMENT and args[KEY_ARGUMENT] is as_read:
+        return AsReadRecords(*args[:KEY_ARGUMENT], None, *args[KEY_ARGUMENT + 1 :], **kwargs)
+    return _Base(*args, **kwargs)
 
 
 def install() -> None:
-    """Let consumers built with `as_read` read records as they are (idempotent)."""
+    """Let consumers built with `as_read` read records as they are (idempotent). An
+    aiokafka whose fetcher builds its records otherwise is left as it is."""
     if _Base is None or not hasattr(_Base, "_consumer_record"):
+        return
+    named = list(inspect.signature(_Base).parameters)
+    if named[KEY_ARGUMENT : KEY_ARGUMENT + 1] != ["key_deserializer"]:
         return
     fetcher.PartitionRecords = _partition_records
