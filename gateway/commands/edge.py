@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from gateway.commands import lifecycle
 from gateway.edge.app import Edge
 from gateway.edge.auth import JwksError
 from gateway.edge.guard import guarded_protocol
@@ -85,7 +86,7 @@ def main(settings: Settings) -> int:
         log.error(f"agui-gateway edge: {exc}")
         return 2
     try:
-        if not asyncio.run(serve(settings)):
+        if not lifecycle.run_loop(settings, serve(settings)):
             print(
                 f"agui-gateway edge: could not start (Kafka at {settings.bootstrap_servers}, "
                 f"reply topic {settings.edge_reply_topic!r}, "

@@ -17,8 +17,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, TypeVar
 
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -28,6 +28,8 @@ from gateway.kafka.wire import clients
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.service")  # the name operators filter on, kept
+
+T = TypeVar("T")
 
 EXIT_SHUTDOWN_TIMEOUT = 3
 SHUTDOWN_GRACE_S = 3.0  # after the bound: for the cancelled work to unwind, then exit anyway
@@ -92,9 +94,26 @@ def run_until_stopped(command: str, settings: Settings, main: Coroutine[Any, Any
             _bounds.pop().disarm()
 
 
+def run_loop(settings: Settings, main: Coroutine[Any, Any, T]) -> T:
+    """Run `main` to its end on the event loop the settings name (`event_loop`)."""
+    with asyncio.Runner(loop_factory=_loop_factory(settings.event_loop)) as runner:
+        return runner.run(main)
+
+
+def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if name != "uvloop":
+        return None
+    try:
+        import uvloop
+    except ImportError as exc:
+        log.warning(f"event_loop uvloop cannot be imported ({exc}); Python's own loop instead")
+        return None
+    return uvloop.new_event_loop
+
+
 def _run(command: str, settings: Settings, main: Coroutine[Any, Any, None]) -> int:
     try:
-        asyncio.run(main)
+        run_loop(settings, main)
     except KeyboardInterrupt:
         pass
     except (Exception, asyncio.CancelledError) as exc:
