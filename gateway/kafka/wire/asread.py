@@ -1,8 +1,8 @@
 """Records as the fetch read them, for readers that only apply them: no `ConsumerRecord`.
 
 aiokafka turns every fetched record into a `ConsumerRecord` (eleven fields, the
-headers copied into a tuple): about half a microsecond a record, as much as the
-replica's whole apply of a changelog record. A restore or a standby reads a
+headers copied into a tuple): about as much CPU a record as the replica's whole
+apply of a changelog record. A restore or a standby reads a
 changelog partition from its beginning and needs only each record's offset, key,
 value and headers, which the record aiokafka decoded from the batch already holds.
 
