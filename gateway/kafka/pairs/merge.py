@@ -43,7 +43,7 @@ class Next:
 class Merge:
     def __init__(self, max_wait_s: float) -> None:
         self.max_wait_s = max_wait_s
-        self.events: deque[Any] = deque()  # ConsumerRecord or InRecord: same attributes
+        self.events: deque[Any] = deque()  # aiokafka's records (as read or not), InRecords
         self.requests: deque[InRecord] = deque()
         self.fence: Fence | None = None
         self.waiting_since: float | None = None
@@ -60,9 +60,7 @@ class Merge:
         if side == "events":
             self.events.extend(records)
         else:
-            self.requests.extend(
-                r if isinstance(r, InRecord) else from_consumer(r, received, where) for r in records
-            )
+            self.requests.extend(from_consumer(r, received, where) for r in records)
 
     def needs_fence(self) -> bool:
         if not self.requests:
