@@ -82,6 +82,8 @@ def _partition_records(*args: Any, **kwargs: Any) -> Any:
 def install() -> None:
     """Let consumers built with `as_read` read records as they are (idempotent). An
     aiokafka whose fetcher builds its records otherwise is left as it is."""
+    if fetcher.PartitionRecords is _partition_records:
+        return  # installed: every restore's reader asks again
     if _Base is None or not hasattr(_Base, "_consumer_record"):
         return
     named = list(inspect.signature(_Base).parameters)
