@@ -22,7 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -219,6 +219,19 @@ class Span(Protocol):
     def stop(self) -> None: ...
 
 
+@contextlib.contextmanager
+def service_collector() -> Iterator[None]:
+    """The service's collector settings (`agui-gateway run`'s), what exists now frozen
+    first; the bench's own settings again after."""
+    thresholds = gc.get_threshold()
+    collector.configure()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
 async def run_in_process(
     settings: Settings,
     targets: dict[TopicPartition, int],
@@ -241,46 +254,43 @@ async def run_in_process(
     stop = asyncio.Event()
     # The bench's own objects (the workload) must not make the gateway's collections slower,
     # and the gateway runs with the service's collector settings (`agui-gateway run`'s).
-    thresholds = gc.get_threshold()
-    collector.configure()
-    started = time.perf_counter()
-    task = asyncio.create_task(gateway.run(stop))
-    waiter = asyncio.create_task(gateway.done.wait())
-    try:
-        if when_ready is not None:
-            deadline = time.monotonic() + timeout
-            while not (gateway.ready()[0] and gateway.all_ready()):
-                if task.done():
-                    task.result()
-                    raise RuntimeError("the gateway stopped before it was ready")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"gateway not ready within {timeout} s")
-                await asyncio.sleep(0.02)
-            gateway.armed = True
-            gateway.targets.update(await when_ready())
-            gateway.targets_final = True
-            gateway.check()  # everything may have committed already
-        finished, _ = await asyncio.wait(
-            {task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        if task in finished:
-            task.result()  # raises what the gateway raised
-            raise RuntimeError("the gateway stopped before reaching the end of its input")
-        if waiter not in finished:
-            committed = {str(tp): off for tp, off in gateway.committed.items()}
-            raise TimeoutError(
-                f"gateway did not commit to the end within {timeout} s: committed "
-                f"{committed}, targets { {str(k): v for k, v in targets.items()} }"
+    with service_collector():
+        started = time.perf_counter()
+        task = asyncio.create_task(gateway.run(stop))
+        waiter = asyncio.create_task(gateway.done.wait())
+        try:
+            if when_ready is not None:
+                deadline = time.monotonic() + timeout
+                while not (gateway.ready()[0] and gateway.all_ready()):
+                    if task.done():
+                        task.result()
+                        raise RuntimeError("the gateway stopped before it was ready")
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"gateway not ready within {timeout} s")
+                    await asyncio.sleep(0.02)
+                gateway.armed = True
+                gateway.targets.update(await when_ready())
+                gateway.targets_final = True
+                gateway.check()  # everything may have committed already
+            finished, _ = await asyncio.wait(
+                {task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
-    finally:
-        if span is not None:
-            span.stop()
-        waiter.cancel()
-        stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, timeout=60)
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
+            if task in finished:
+                task.result()  # raises what the gateway raised
+                raise RuntimeError("the gateway stopped before reaching the end of its input")
+            if waiter not in finished:
+                committed = {str(tp): off for tp, off in gateway.committed.items()}
+                raise TimeoutError(
+                    f"gateway did not commit to the end within {timeout} s: committed "
+                    f"{committed}, targets { {str(k): v for k, v in targets.items()} }"
+                )
+        finally:
+            if span is not None:
+                span.stop()
+            waiter.cancel()
+            stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(task, timeout=60)
     assert gateway.first is not None and gateway.done_at is not None
     all_ready = gateway.all_ready_at or gateway.first
     start = max(gateway.first, all_ready)

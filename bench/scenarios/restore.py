@@ -25,12 +25,9 @@ thread" shows the deferred cost (informative).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import random
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,11 +37,10 @@ from prometheus_client import CollectorRegistry
 
 from bench.broker import Admin, produce_transactional
 from bench.config import Context
-from bench.gatewayrun import AGENT, Names, make_settings
+from bench.gatewayrun import AGENT, Names, make_settings, service_collector
 from bench.profiling import Profile
 from bench.report import Figure, best, figure
 from bench.workload import Ids, idle_thread_events, interrupted_thread_events, iso, partition_for
-from gateway.commands import collector
 from gateway.core import ThreadState, apply_event
 from gateway.kafka.assign.restore import Restorer
 from gateway.kafka.pairs.pair import PartitionPair
@@ -99,18 +95,6 @@ async def raw_read(bootstrap: str, topic: str, partitions: int) -> tuple[float, 
         finally:
             await reader.stop()
     return time.perf_counter() - started, records
-
-
-@contextlib.contextmanager
-def service_collector() -> Iterator[None]:
-    """The service's collector settings, what exists now frozen; the bench's after."""
-    thresholds = gc.get_threshold()
-    collector.configure()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
 
 
 def _pair(gateway: Gateway, partition: int) -> PartitionPair:
