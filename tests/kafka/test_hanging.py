@@ -4,6 +4,8 @@ A hanging transaction is made on purpose: a TxnOffsetCommit sent after its
 transaction ended, accepted only while the broker does not verify transactional
 partitions (KIP-890), which these tests switch off for a moment. Its offsets then
 stay pending for ever, as after the broker defect `gateway.kafka.exactly_once.hanging` describes.
+The transaction it is sent after ended as the test says (committed or aborted): the
+coordinator's decision the settling follows.
 """
 
 from __future__ import annotations
@@ -11,16 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.client import CoordinationType
+from prometheus_client import CollectorRegistry
 
 from gateway.kafka.exactly_once import groupoffsets, hanging
+from gateway.kafka.exactly_once.checkpoint import Checkpoint, Outcome, Work
 from gateway.kafka.exactly_once.groupoffsets import OffsetsUnstable
-from gateway.kafka.wire import clients, fencewire
+from gateway.kafka.wire import clients, fencewire, txnstates
 from gateway.kafka.wire.fencewire import GroupMetadata
+from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 from tests.integration.conftest import CreateTopics
 from tests.integration.support import GatewayProcess, Namespace, produce, stable_and_high
@@ -34,6 +40,13 @@ from tests.integration.test_gateway_durability import (
 pytestmark = pytest.mark.integration
 
 VERIFICATION = "transaction.partition.verification.enable"
+
+
+class NoRound:
+    """A round that writes nothing: its commit carries offsets alone."""
+
+    def records(self) -> list[Any]:
+        return []
 
 
 def test_a_pair_writes_every_partition_of_spread_topics_and_its_own_changelog_partition() -> None:
@@ -83,10 +96,17 @@ async def committed(
 
 
 async def hang(
-    settings: Settings, transactional_id: str, group: str, tp: TopicPartition, at: int, pending: int
+    settings: Settings,
+    transactional_id: str,
+    group: str,
+    tp: TopicPartition,
+    at: int,
+    pending: int,
+    decided: str = "commit",
 ) -> None:
     """Commit `at` for `tp` in a transaction of `transactional_id`, then leave `pending`
-    hanging under the same producer id and epoch."""
+    hanging under the same producer id and epoch, after a last transaction `decided`
+    ("commit": that one; "abort": one more, aborted)."""
     producer = clients.producer(
         settings, transactional_id=transactional_id, enable_idempotence=True
     )
@@ -94,6 +114,10 @@ async def hang(
     try:
         async with producer.transaction():
             await producer.send_offsets_to_transaction({tp: at}, group)
+        if decided == "abort":
+            await producer.begin_transaction()
+            await producer.send_offsets_to_transaction({tp: pending}, group)
+            await producer.abort_transaction()
         assert await committed(settings, group, tp, 30) == at  # its marker is applied
         txn = producer._txn_manager
         late = fencewire.TxnOffsetCommitRequestV3(
@@ -151,9 +175,12 @@ async def test_a_gateway_sweeps_a_hanging_transaction_of_its_pair_and_decides_on
     await produce(ns.bootstrap, ns.events(AGENT), [e for t in threads for e in thread_events(t)])
     await send_requests(ns, threads)
     settings = Settings(bootstrap_servers=kafka_bootstrap)
-    # as if a round had decided the first two requests in a transaction left hanging
+    # as if a round that decided the first two requests had been aborted, its offsets
+    # left hanging (its outputs, discarded, are not made here)
     requests = TopicPartition(ns.requests(AGENT), 0)
-    await hang(settings, f"{ns.group}.{AGENT}.0", ns.group, requests, at=0, pending=2)
+    await hang(
+        settings, f"{ns.group}.{AGENT}.0", ns.group, requests, at=0, pending=2, decided="abort"
+    )
 
     gw = await GatewayProcess(ns, tmp_path).start(ready_timeout=90)
     try:
@@ -214,3 +241,118 @@ async def test_a_commit_that_adds_the_partition_heals_a_record_its_producer_left
     finally:
         await reader.stop()
     assert await committed(settings, group, tp, 30) == 5
+
+
+async def test_the_coordinator_tells_how_each_ids_last_transaction_ended(
+    kafka_bootstrap: str,
+    create_topics: CreateTopics,
+    unique_name: Callable[[str], str],
+) -> None:
+    settings = Settings(bootstrap_servers=kafka_bootstrap)
+    topic = unique_name("states")
+    await create_topics([topic])
+    ids = {name: unique_name(f"states-{name}") for name in ("committed", "aborted", "open")}
+    producers = {
+        name: clients.producer(settings, transactional_id=tid, enable_idempotence=True)
+        for name, tid in ids.items()
+    }
+    admin = clients.admin(settings)
+    await admin.start()
+    try:
+        for producer in producers.values():
+            await producer.start()
+        async with producers["committed"].transaction():
+            await producers["committed"].send_and_wait(topic, b"kept")
+        await producers["aborted"].begin_transaction()
+        await producers["aborted"].send_and_wait(topic, b"dropped")
+        await producers["aborted"].abort_transaction()
+        await producers["open"].begin_transaction()
+        await producers["open"].send_and_wait(topic, b"pending")
+
+        states = await txnstates.last_states(admin._client, [*ids.values(), unique_name("none")])
+        assert set(states) == set(ids.values())  # an id never initialised is not described
+        assert states[ids["committed"]] in txnstates.COMMITTED
+        assert states[ids["aborted"]] in txnstates.ABORTED - {"Ongoing"}
+        assert states[ids["open"]] == "Ongoing"
+        assert [txnstates.outcome(states[ids[n]]) for n in ("committed", "aborted", "open")] == [
+            True,
+            False,
+            False,
+        ]
+        assert txnstates.outcome(None) is None and txnstates.outcome("Empty") is None
+    finally:
+        for producer in producers.values():
+            await producer.stop()
+        await admin.close()
+
+
+@pytest.mark.parametrize(("decided", "settled_at"), [("commit", 7), ("abort", 3)])
+async def test_a_pairs_checkpoint_settles_pending_offsets_as_their_coordinator_decided(
+    decided: str,
+    settled_at: int,
+    kafka_bootstrap: str,
+    create_topics: CreateTopics,
+    unique_name: Callable[[str], str],
+) -> None:
+    """Asked before its producer starts, the pair's transactional id's last transaction
+    was committed (its pending offsets are committed as they are: the requests up to
+    them were decided, and their outputs may be visible already) or aborted (they are
+    discarded: the requests are decided again from the last committed offsets)."""
+    settings = Settings(bootstrap_servers=kafka_bootstrap, group_id=unique_name("settle"))
+    source, output = unique_name("settle-in"), unique_name("settle-out")
+    await create_topics([source, output])
+    tp, key = TopicPartition(source, 0), ("bot", 0)
+    tid = f"{settings.group_id}.bot.0"
+    await hang(settings, tid, settings.group_id, tp, at=3, pending=7, decided=decided)
+
+    consumer: AIOKafkaConsumer = clients.consumer(settings)
+    await consumer.start()
+    checkpoint = Checkpoint(settings, Metrics(CollectorRegistry()), consumer)
+    try:
+        await checkpoint.open(key)
+        settled = await checkpoint.sweep(key, [TopicPartition(output, 0)], {tp: 3})
+        assert settled is not None
+        assert settled.committed is (decided == "commit"), settled
+        assert settled.partitions == [TopicPartition(output, 0)]
+        assert await committed(settings, settings.group_id, tp, 30) == settled_at
+        # the pair's producer goes on committing as usual
+        (result,) = await checkpoint.commit([Work(key, NoRound(), {tp: 9})])  # type: ignore[arg-type]
+        assert result.outcome is Outcome.COMMITTED, result
+    finally:
+        await checkpoint.close_all()
+        await consumer.stop()
+    assert await committed(settings, settings.group_id, tp, 30) == 9
+
+
+async def test_a_gateway_completes_a_hanging_transaction_its_coordinator_committed(
+    kafka_bootstrap: str,
+    tmp_path,
+) -> None:
+    """As after an unclean restart of the broker (see `hanging`): a round's outputs are
+    visible, its offsets still pending. The next owner commits them; it never decides
+    those requests again."""
+    ns = Namespace(kafka_bootstrap)
+    await ns.create_agent(AGENT, partitions=1)
+    threads = ["t0", "t1", "t2", "t3"]
+    await produce(ns.bootstrap, ns.events(AGENT), [e for t in threads for e in thread_events(t)])
+    await send_requests(ns, threads)
+    first = await GatewayProcess(ns, tmp_path, name="first").start(ready_timeout=90)
+    try:
+        await assert_exactly_once(ns, threads)
+    finally:
+        await first.stop()
+    # every request decided and its output visible; the group's offset of the requests
+    # back at 0 with 4 pending, in a transaction of the pair's id its coordinator committed
+    settings = Settings(bootstrap_servers=kafka_bootstrap)
+    requests = TopicPartition(ns.requests(AGENT), 0)
+    await hang(settings, f"{ns.group}.{AGENT}.0", ns.group, requests, at=0, pending=4)
+
+    second = await GatewayProcess(ns, tmp_path, name="second").start(ready_timeout=90)
+    try:
+        await assert_exactly_once(ns, threads)
+        log = second.log_path.read_text()
+        assert "which its coordinator committed; completed it as committed" in log
+        assert "aborted it" not in log
+    finally:
+        await second.stop()
+    assert await committed(settings, ns.group, requests, 30) == 4

@@ -7,6 +7,7 @@ tested is the preparer's choice of partitions and what it does with each answer.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +21,7 @@ from gateway.kafka.exactly_once.groupoffsets import OffsetsUnstable
 from gateway.kafka.pairs.slot import PairSlot
 from gateway.kafka.wire.topics import TopicNames
 from gateway.settings import Settings
-from tests.kafka.test_pair import make_pair
+from tests.kafka.test_pair import TOPICS, make_pair
 
 EVENTS, REQUESTS = TopicPartition("agui.bot.events", 0), TopicPartition("agui.bot.requests", 0)
 
@@ -44,29 +45,40 @@ class Checkpoint:
 
 
 def preparer(checkpoint: Checkpoint) -> Preparer:
-    counts = {"agui.bot.run-requests": {0, 1, 2}, "agui.rejections": {0, 1}, "agui.warnings": {0}}
+    counts = {
+        "agui.bot.run-requests": {0, 1, 2},
+        "agui.rejections": {0, 1},
+        "agui.warnings": {0},
+        "agui.interrupts": {0, 1},
+    }
     cluster = SimpleNamespace(partitions_for_topic=counts.get)
     consumer: Any = SimpleNamespace(_client=SimpleNamespace(cluster=cluster))
     return Preparer(TopicNames(Settings()), None, consumer, None, checkpoint, None)  # type: ignore[arg-type]
 
 
 def slot() -> PairSlot:
-    pair, _ = make_pair()
+    # a pair that writes the inbox's interrupts topic too (its rounds write it when set)
+    pair, _ = make_pair(agent_topics=dataclasses.replace(TOPICS, interrupts="agui.interrupts"))
     return PairSlot(pair, EVENTS, REQUESTS, committed={EVENTS: 3})
 
 
-def returned(partitions: list[TopicPartition]) -> list[TopicPartition]:
-    return partitions
+def aborted(partitions: list[TopicPartition]) -> hanging.Settled:
+    return hanging.Settled(partitions, committed=False, last_state="CompleteAbort")
 
 
-def refused(partitions: list[TopicPartition]) -> list[TopicPartition]:
+def completed(partitions: list[TopicPartition]) -> hanging.Settled:
+    return hanging.Settled(partitions, committed=True, last_state="CompleteCommit")
+
+
+def refused(partitions: list[TopicPartition]) -> hanging.Settled:
     raise RuntimeError("TopicAuthorizationFailedError")
 
 
 @pytest.mark.parametrize(
     ("sweep", "line"),
     [
-        (returned, "hanging transaction of this pair's transactional id; aborted it"),
+        (aborted, "hanging transaction of this pair's transactional id; aborted it"),
+        (completed, "which its coordinator committed; completed it as committed"),
         (lambda partitions: None, "held by a transaction this instance cannot abort"),
         (refused, "sweeping a hanging transaction failed"),
     ],
@@ -85,7 +97,9 @@ async def test_offsets_still_pending_are_swept_then_read_with_the_long_wait(
         + [TopicPartition("agui.bot.run-requests", p) for p in (0, 1, 2)]
         + [TopicPartition("agui.rejections", p) for p in (0, 1)]
         + [TopicPartition("agui.warnings", 0)]
+        + [TopicPartition("agui.interrupts", p) for p in (0, 1)]
     )
     messages = [r.getMessage() for r in caplog.records]
     assert [m for m in messages if line in m], caplog.text
-    assert any("aborted it" in m for m in messages) == (sweep is returned), caplog.text
+    assert any("aborted it" in m for m in messages) == (sweep is aborted), caplog.text
+    assert any("completed it as committed" in m for m in messages) == (sweep is completed)

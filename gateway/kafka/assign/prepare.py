@@ -260,22 +260,33 @@ class Preparer:
         partitions = self.written(slot)
         where = {"agent": agent, "partition": partition, "pending": pending}
         try:
-            swept = await self.checkpoint.sweep(slot.key, partitions, offsets)
+            settled = await self.checkpoint.sweep(slot.key, partitions, offsets)
         except Exception as exc:  # the long wait below still ends a transaction the broker knows
             log.error("sweeping a hanging transaction failed", extra={**where, "error": repr(exc)})
         else:
-            if swept is None:  # with one producer per instance: perhaps a zombie's, ending
+            if settled is None:  # with one producer per instance: perhaps a zombie's, ending
                 log.warning(
                     "committed offsets held by a transaction this instance cannot abort; "
                     "waiting for the broker to end it (if it never does, see the README: "
                     "hanging transactions)",
                     extra=where,
                 )
+            elif settled.committed:
+                log.warning(
+                    "committed offsets held by a hanging transaction of this pair's "
+                    "transactional id, which its coordinator committed; completed it as "
+                    "committed",
+                    extra={**where, "partitions": len(settled.partitions)},
+                )
             else:
                 log.warning(
                     "committed offsets held by a hanging transaction of this pair's "
                     "transactional id; aborted it",
-                    extra={**where, "partitions": len(swept)},
+                    extra={
+                        **where,
+                        "partitions": len(settled.partitions),
+                        "last_state": settled.last_state,
+                    },
                 )
         return await self.checkpoint.committed_offsets(tps, slot.committed)
 
@@ -289,6 +300,7 @@ class Preparer:
                 topics.rejections,
                 topics.warnings,
                 *((topics.audit,) if topics.audit is not None else ()),
+                *((topics.interrupts,) if topics.interrupts is not None else ()),
             ],
             [TopicPartition(topics.changelog, slot.pair.partition)],
         )

@@ -37,13 +37,18 @@ from gateway.kafka.exactly_once.transaction import (
     stop_producer,
 )
 from gateway.kafka.pairs.round import Round
-from gateway.kafka.wire import txnids
+from gateway.kafka.wire import txnids, txnstates
+from gateway.kafka.wire.batched import Batched
 from gateway.observe.metrics import Metrics
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.checkpoint")
 
 PairKey = tuple[str, int]
+
+# How long a producer's start waits to learn how its transactional id's last
+# transaction ended (see `hanging`): past it, the start goes on not knowing.
+DESCRIBE_TIMEOUT_S = 5.0
 
 
 class Outcome(enum.Enum):
@@ -91,7 +96,7 @@ class Strategy(Protocol):
         key: PairKey,
         partitions: list[TopicPartition],
         offsets: dict[TopicPartition, int],
-    ) -> list[TopicPartition] | None: ...
+    ) -> hanging.Settled | None: ...
     async def rewind(
         self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]
     ) -> None: ...
@@ -103,6 +108,11 @@ class Checkpoint:
         self.metrics = metrics
         self.consumer = consumer
         self._producers: dict[PairKey, AIOKafkaProducer] = {}
+        # how each pair's transactional id's last transaction ended, asked as its
+        # producer started (the pairs starting together ask in one batch)
+        self._last_states: dict[PairKey, str | None] = {}
+        self._describe: Batched[str, str | None] = Batched(self._describe_ids)
+        self._describe_failed = False  # said once: every pair's start may fail alike
 
     # --- producers --------------------------------------------------------------------
 
@@ -113,20 +123,49 @@ class Checkpoint:
         return self._producers.get(key)
 
     async def open(self, key: PairKey) -> None:
-        """Start the pair's transactional producer (if it has none): fences any zombie."""
+        """Start the pair's transactional producer (if it has none): fences any zombie.
+
+        First asks how its transactional id's last transaction ended, which starting
+        the producer makes the coordinator forget: a sweep needs it (see `hanging`)."""
         if key in self._producers:
             return
         agent, partition = key
         s = self.settings
+        transactional_id = txnids.pair_id(s, agent, partition)
+        state = await self._last_state(transactional_id)
+        # a start that failed after initialising the id left it `Empty`: what was asked
+        # before that start still says how the last transaction ended
+        if txnstates.outcome(state) is not None or key not in self._last_states:
+            self._last_states[key] = state
         self._producers[key] = await start_transactional(
-            s, f"{s.client_id}-{agent}-{partition}", txnids.pair_id(s, agent, partition)
+            s, f"{s.client_id}-{agent}-{partition}", transactional_id
         )
 
+    async def _last_state(self, transactional_id: str) -> str | None:
+        try:
+            async with asyncio.timeout(DESCRIBE_TIMEOUT_S):
+                return await self._describe.get(transactional_id)
+        except Exception as exc:  # unknown: a hanging transaction is then aborted
+            if not self._describe_failed:
+                self._describe_failed = True
+                log.warning(
+                    "could not ask how a pair's transactional id's last transaction ended; "
+                    "a hanging transaction found while preparing is aborted, not completed",
+                    extra={"transactional_id": transactional_id, "error": repr(exc)},
+                )
+            return None
+
+    async def _describe_ids(self, ids: list[str]) -> dict[str, str | None]:
+        found = await txnstates.last_states(self.consumer._client, ids)
+        return {transactional_id: found.get(transactional_id) for transactional_id in ids}
+
     async def close(self, key: PairKey) -> None:
+        self._last_states.pop(key, None)
         await stop_producer(self._producers.pop(key, None))
 
     def detach(self, key: PairKey) -> AIOKafkaProducer | None:
         """Take the pair's producer away (to be closed later, once no commit runs)."""
+        self._last_states.pop(key, None)
         return self._producers.pop(key, None)
 
     async def close_all(self) -> None:
@@ -202,13 +241,15 @@ class Checkpoint:
         key: PairKey,
         partitions: list[TopicPartition],
         offsets: dict[TopicPartition, int],
-    ) -> list[TopicPartition] | None:
-        """Abort what a hanging transaction of the pair's own transactional id left
-        (see `hanging`); the partitions swept, None without a producer."""
+    ) -> hanging.Settled | None:
+        """Complete what a hanging transaction of the pair's own transactional id left,
+        as its coordinator decided it (see `hanging`); None without a producer."""
         producer = self._producers.get(key)
         if producer is None:
             return None
-        return await hanging.sweep(producer, partitions, offsets, self.settings.group_id)
+        return await hanging.settle(
+            producer, partitions, offsets, self.settings.group_id, self._last_states.get(key)
+        )
 
     async def rewind(self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]) -> None:
         await rewind(self.consumer, tps, ours)

@@ -204,7 +204,7 @@ class InstanceCheckpoint:
         key: PairKey,
         partitions: list[TopicPartition],
         offsets: dict[TopicPartition, int],
-    ) -> list[TopicPartition] | None:
+    ) -> hanging.Settled | None:
         """Never: the instance's producer is shared by every pair (an abort would take
         other pairs' rounds with it), and pending offsets may be another instance's."""
         return None
