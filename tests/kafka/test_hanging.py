@@ -165,7 +165,7 @@ async def test_a_sweep_aborts_what_a_hanging_transaction_of_the_same_id_left(
     assert await committed(settings, group, tp, 30) == 4
 
 
-async def test_a_gateway_sweeps_a_hanging_transaction_of_its_pair_and_decides_once(
+async def test_a_gateway_discards_a_hanging_transaction_its_coordinator_aborted(
     kafka_bootstrap: str,
     tmp_path,
 ) -> None:
@@ -186,7 +186,8 @@ async def test_a_gateway_sweeps_a_hanging_transaction_of_its_pair_and_decides_on
     try:
         await assert_exactly_once(ns, threads)
         log = gw.log_path.read_text()
-        assert "hanging transaction of this pair's transactional id; aborted it" in log
+        # its id's last transaction was aborted: discarded at once, no wait for the offsets
+        assert "last transaction was aborted; discarded what it may have left pending" in log
         assert "OffsetsUnstable" not in log
     finally:
         await gw.stop()
@@ -356,3 +357,58 @@ async def test_a_gateway_completes_a_hanging_transaction_its_coordinator_committ
     finally:
         await second.stop()
     assert await committed(settings, ns.group, requests, 30) == 4
+
+
+async def test_a_pairs_checkpoint_discards_what_an_aborted_transaction_left_unmarked(
+    kafka_bootstrap: str,
+    create_topics: CreateTopics,
+    unique_name: Callable[[str], str],
+) -> None:
+    """An aborted transaction whose markers missed a partition, its offsets' marker
+    written (so they look stable): the pair, told its id's last transaction was
+    aborted, discards the record at once. Left alone, the pair's next commit there
+    would have shown it, committed."""
+    settings = Settings(bootstrap_servers=kafka_bootstrap, group_id=unique_name("discard"))
+    source, output = unique_name("discard-in"), unique_name("discard-out")
+    await create_topics([source, output])
+    tp, out, key = TopicPartition(source, 0), TopicPartition(output, 0), ("bot", 0)
+    producer = clients.producer(
+        settings, transactional_id=f"{settings.group_id}.bot.0", enable_idempotence=True
+    )
+    await producer.start()
+    try:
+        async with verification_off(settings):
+            await producer.begin_transaction()
+            producer._txn_manager._txn_partitions.add(out)  # its coordinator never hears of it
+            await producer.send_and_wait(output, b"aborted", partition=0)
+            await producer.send_offsets_to_transaction({tp: 5}, settings.group_id)
+            await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    assert await committed(settings, settings.group_id, tp, 30) is None  # stable: aborted
+    assert await stable_and_high(kafka_bootstrap, [out]) == {out: (0, 1)}  # held
+
+    consumer: AIOKafkaConsumer = clients.consumer(settings)
+    await consumer.start()
+    checkpoint = Checkpoint(settings, Metrics(CollectorRegistry()), consumer)
+    try:
+        await checkpoint.open(key)
+        assert checkpoint.last_aborted(key)
+        settled = await checkpoint.sweep(key, [out], {tp: 0})
+        assert settled is not None and not settled.committed
+        assert not checkpoint.last_aborted(key)  # settled once
+    finally:
+        await checkpoint.close_all()
+        await consumer.stop()
+    ((stable, high),) = (await stable_and_high(kafka_bootstrap, [out])).values()
+    assert stable == high == 2  # the record and the sweep's ABORT marker
+    reader: AIOKafkaConsumer = clients.consumer(
+        settings, isolation_level="read_committed", auto_offset_reset="earliest"
+    )
+    await reader.start()
+    try:
+        reader.assign([out])
+        batch = await reader.getmany(out, timeout_ms=3_000)
+        assert batch.get(out, []) == []
+    finally:
+        await reader.stop()

@@ -104,10 +104,14 @@ class Preparer:
         reads its own too. Returns how many pairs were prefetched.
         """
         opening = asyncio.Semaphore(OPEN_CONCURRENCY)
+        # how each id's last transaction ended, all in one look-up before the opens
+        asked = await self.checkpoint.ask(
+            [s.key for s in slots if not self.checkpoint.holds(s.key)]
+        )
 
         async def open_one(slot: PairSlot) -> None:
             async with opening:
-                await self.checkpoint.open(slot.key)
+                await self.checkpoint.open(slot.key, asked)
 
         opens = [
             asyncio.ensure_future(open_one(s)) for s in slots if not self.checkpoint.holds(s.key)
@@ -193,6 +197,10 @@ class Preparer:
         pair = slot.pair
         await self.checkpoint.open(slot.key)
         tps = slot.tps()
+        if self.checkpoint.last_aborted(slot.key):
+            # what an aborted transaction left pending is discarded now, even where the
+            # group's offsets are stable: its other partitions' markers may be missing
+            await self.settle(slot, tps, None)
         producer, prefetched = self._prefetched.pop(slot.key, (None, None))
         if prefetched is not None and producer is self.checkpoint.producer(slot.key):
             committed = prefetched
@@ -255,10 +263,19 @@ class Preparer:
             )
         except OffsetsUnstable as exc:
             pending = str(exc)
+        await self.settle(slot, tps, pending)
+        return await self.checkpoint.committed_offsets(tps, slot.committed)
+
+    async def settle(self, slot: PairSlot, tps: list[TopicPartition], pending: str | None) -> None:
+        """Complete what a hanging transaction of the pair's own transactional id left,
+        as its coordinator decided (see `hanging`): its offsets stayed `pending`, or
+        (None) its last transaction was aborted. Logged, a failure included."""
         agent, partition = slot.key
         offsets = {tp: slot.committed.get(tp, 0) for tp in tps}
         partitions = self.written(slot)
-        where = {"agent": agent, "partition": partition, "pending": pending}
+        where = {"agent": agent, "partition": partition}
+        if pending is not None:
+            where["pending"] = pending
         try:
             settled = await self.checkpoint.sweep(slot.key, partitions, offsets)
         except Exception as exc:  # the long wait below still ends a transaction the broker knows
@@ -278,6 +295,12 @@ class Preparer:
                     "committed",
                     extra={**where, "partitions": len(settled.partitions)},
                 )
+            elif pending is None:
+                log.info(
+                    "this pair's transactional id's last transaction was aborted; "
+                    "discarded what it may have left pending",
+                    extra={**where, "partitions": len(settled.partitions)},
+                )
             else:
                 log.warning(
                     "committed offsets held by a hanging transaction of this pair's "
@@ -288,7 +311,6 @@ class Preparer:
                         "last_state": settled.last_state,
                     },
                 )
-        return await self.checkpoint.committed_offsets(tps, slot.committed)
 
     def written(self, slot: PairSlot) -> list[TopicPartition]:
         """Every partition the pair may write (reply topics aside: see `hanging`)."""

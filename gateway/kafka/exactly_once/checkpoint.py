@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -80,7 +80,10 @@ class Strategy(Protocol):
 
     def holds(self, key: PairKey) -> bool: ...
     def producer(self, key: PairKey) -> AIOKafkaProducer | None: ...
-    async def open(self, key: PairKey) -> None: ...
+    async def open(
+        self, key: PairKey, asked: Mapping[PairKey, str | None] | None = None
+    ) -> None: ...
+    async def ask(self, keys: Iterable[PairKey]) -> dict[PairKey, str | None]: ...
     async def close(self, key: PairKey) -> None: ...
     def detach(self, key: PairKey) -> AIOKafkaProducer | None: ...
     async def close_all(self) -> None: ...
@@ -97,6 +100,7 @@ class Strategy(Protocol):
         partitions: list[TopicPartition],
         offsets: dict[TopicPartition, int],
     ) -> hanging.Settled | None: ...
+    def last_aborted(self, key: PairKey) -> bool: ...
     async def rewind(
         self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]
     ) -> None: ...
@@ -122,17 +126,21 @@ class Checkpoint:
     def producer(self, key: PairKey) -> AIOKafkaProducer | None:
         return self._producers.get(key)
 
-    async def open(self, key: PairKey) -> None:
+    async def open(self, key: PairKey, asked: Mapping[PairKey, str | None] | None = None) -> None:
         """Start the pair's transactional producer (if it has none): fences any zombie.
 
-        First asks how its transactional id's last transaction ended, which starting
-        the producer makes the coordinator forget: a sweep needs it (see `hanging`)."""
+        First learns how its transactional id's last transaction ended (from `asked`,
+        what `ask` answered just before, or by asking), which starting the producer
+        makes the coordinator forget: settling needs it (see `hanging`)."""
         if key in self._producers:
             return
         agent, partition = key
         s = self.settings
         transactional_id = txnids.pair_id(s, agent, partition)
-        state = await self._last_state(transactional_id)
+        if asked is not None and key in asked:
+            state = asked[key]
+        else:
+            state = await self._last_state(transactional_id)
         # a start that failed after initialising the id left it `Empty`: what was asked
         # before that start still says how the last transaction ended
         if txnstates.outcome(state) is not None or key not in self._last_states:
@@ -140,6 +148,17 @@ class Checkpoint:
         self._producers[key] = await start_transactional(
             s, f"{s.client_id}-{agent}-{partition}", transactional_id
         )
+
+    async def ask(self, keys: Iterable[PairKey]) -> dict[PairKey, str | None]:
+        """How the last transaction of each pair's id ended, all in one look-up, for
+        the `open`s that follow at once (pairs opened a few at a time would otherwise
+        ask a few at a time)."""
+        keys = [key for key in dict.fromkeys(keys) if key not in self._producers]
+        s = self.settings
+        states = await asyncio.gather(
+            *(self._last_state(txnids.pair_id(s, agent, partition)) for agent, partition in keys)
+        )
+        return dict(zip(keys, states, strict=True))
 
     async def _last_state(self, transactional_id: str) -> str | None:
         try:
@@ -247,9 +266,18 @@ class Checkpoint:
         producer = self._producers.get(key)
         if producer is None:
             return None
-        return await hanging.settle(
+        settled = await hanging.settle(
             producer, partitions, offsets, self.settings.group_id, self._last_states.get(key)
         )
+        # its own transaction is the id's last now: asked again, the state says nothing
+        # of what was settled (a hanging transaction found later is aborted)
+        self._last_states[key] = None
+        return settled
+
+    def last_aborted(self, key: PairKey) -> bool:
+        """Whether the pair's transactional id's last transaction, before its producer
+        started, was aborted (not merely left open: starting the producer aborts that)."""
+        return self._last_states.get(key) in hanging.ABORTED_BEFORE
 
     async def rewind(self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]) -> None:
         await rewind(self.consumer, tps, ours)

@@ -39,6 +39,12 @@ every partition the pair writes, and the group:
   transaction left: its outputs stay invisible, its offsets are never committed,
   and the requests it decided are decided again from the last committed offsets.
 
+A last transaction its coordinator aborted (`PrepareAbort`, `CompleteAbort`) is
+discarded as soon as the producer started, even where the group's offsets look
+stable: the abort's marker may have reached them and missed a record elsewhere,
+which the pair's next commit there would otherwise show. Aborts are rare (a
+failure comes before each), and so is this extra aborted transaction.
+
 The same restart can leave a transaction hanging that the instance saw commit
 (its EndTxn answered before the broker died) and carries on after: its records
 hold the last stable offset of every partition it wrote, a shared `rejections`
@@ -76,6 +82,11 @@ from gateway.kafka.wire import txnstates
 # acknowledging it. Sweeping when nothing hangs does no harm: it aborts an
 # empty transaction of the pair's own.
 SUSPECT_AFTER_S = 5.0
+# A last transaction in one of these states was aborted by its coordinator, whose markers
+# may have missed some of its partitions as they may miss a commit's: the pair discards
+# what it left as soon as its producer started, whether or not the group's offsets
+# look stable. Rare (a failure before it), so the extra aborted transaction is too.
+ABORTED_BEFORE = frozenset({"PrepareAbort", "CompleteAbort", "PrepareEpochFence"})
 # How long adding the group to a completing transaction may take (its coordinator
 # answers CONCURRENT_TRANSACTIONS while the previous transaction completes).
 ADD_GROUP_S = 30.0

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
@@ -78,7 +78,7 @@ class InstanceCheckpoint:
     def producer(self, key: PairKey) -> AIOKafkaProducer | None:
         return self._producers[0] if key in self._keys else None
 
-    async def open(self, key: PairKey) -> None:
+    async def open(self, key: PairKey, asked: Mapping[PairKey, str | None] | None = None) -> None:
         """Take the pair in; start the instance's producers it does not hold yet."""
         for index in range(len(self._producers)):
             await self._started(index)
@@ -208,6 +208,14 @@ class InstanceCheckpoint:
         """Never: the instance's producer is shared by every pair (an abort would take
         other pairs' rounds with it), and pending offsets may be another instance's."""
         return None
+
+    async def ask(self, keys: Iterable[PairKey]) -> dict[PairKey, str | None]:
+        """Nothing to ask: see `sweep`."""
+        return {}
+
+    def last_aborted(self, key: PairKey) -> bool:
+        """Never asked: see `sweep`."""
+        return False
 
     async def rewind(self, tps: Iterable[TopicPartition], ours: dict[TopicPartition, int]) -> None:
         await rewind(self.consumer, tps, ours)
