@@ -175,6 +175,7 @@ class ShutdownBound:
             f"shutdown did not finish within shutdown_timeout_s ({self.timeout_s:g} s); "
             f"exiting {EXIT_SHUTDOWN_TIMEOUT} without committing: Kafka aborts what did not "
             "commit and the next owner reads it again",
+            extra={"waiting": waiting_on(asyncio.all_tasks())},
         )
         self._backstop = threading.Timer(SHUTDOWN_GRACE_S, _exit_now)
         self._backstop.daemon = True
@@ -190,6 +191,31 @@ class ShutdownBound:
 
 
 _bounds: list[ShutdownBound] = []
+
+WAITING_TASKS = 20  # tasks named in the line of a stop past its bound, at most
+WAITING_DEPTH = 12  # awaits followed into each, at most
+
+
+def waiting_on(tasks: set[asyncio.Task[Any]]) -> list[str]:
+    """Where each unfinished task waits: its name and the chain of coroutines it awaits
+    through (`Runner.run > Assignment.stop > ...`, innermost last, with its line).
+    Names and code places only: nothing of the data the tasks hold."""
+    found = []
+    for task in sorted(tasks, key=lambda t: t.get_name())[:WAITING_TASKS]:
+        if task.done():
+            continue
+        chain: list[str] = []
+        where = ""
+        awaited: Any = task.get_coro()
+        while awaited is not None and len(chain) < WAITING_DEPTH:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is None:
+                break
+            chain.append(frame.f_code.co_qualname)
+            where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        found.append(f"{task.get_name()}: {' > '.join(chain)} ({where})")
+    return found
 
 
 def _exit_now() -> None:

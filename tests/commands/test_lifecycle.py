@@ -39,6 +39,11 @@ def test_a_stop_that_hangs_is_cut_at_the_bound_and_exits_3(caplog) -> None:
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.service"]
     assert len(lines) == 1
     assert lines[0].startswith("shutdown did not finish within shutdown_timeout_s (0.3 s)")
+    # where the stop waited: the hanging coroutine, down to the wait it is stuck in
+    (record,) = [r for r in caplog.records if r.name == "gateway.service"]
+    assert any("stopped_by_sigterm > Event.wait" in where for where in record.waiting), (
+        record.waiting
+    )
     assert lifecycle._bounds == []  # disarmed: nothing ends this process later
 
 
@@ -85,3 +90,5 @@ def test_work_that_hangs_even_when_cancelled_still_ends_the_process() -> None:
         if json.loads(line)["level"] == "error"
     ]
     assert len(errors) == 1 and "shutdown did not finish" in errors[0], result.stderr
+    (line,) = [json.loads(line) for line in result.stderr.splitlines() if '"error"' in line]
+    assert any("main > Event.wait" in where for where in line["waiting"]), line
