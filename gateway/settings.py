@@ -397,8 +397,9 @@ class Settings(BaseSettings):
     """DEBUG, INFO, WARNING or ERROR."""
     event_loop: Literal["uvloop", "asyncio"] = "asyncio"
     """The event loop of the long-lived commands (run, bridge, edge, inbox): Python's own
-    asyncio loop, or uvloop (libuv: less CPU for each socket write and wake-up; not the
-    default while one stop past its bound under TLS is not understood). Where uvloop
+    asyncio loop, or uvloop (libuv: less CPU for each socket write and wake-up; not yet
+    the default: its stop past the bound under TLS, a connection close waiting for its
+    handshake, is bounded now, and wants more full test runs on uvloop). Where uvloop
     cannot be imported, Python's own, with a warning."""
 
     # --- Metrics -----------------------------------------------------------------------
