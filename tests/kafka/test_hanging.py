@@ -270,7 +270,9 @@ async def test_the_coordinator_tells_how_each_ids_last_transaction_ended(
         await producers["open"].begin_transaction()
         await producers["open"].send_and_wait(topic, b"pending")
 
-        states = await txnstates.last_states(admin._client, [*ids.values(), unique_name("none")])
+        states = await txnstates.last_states(
+            admin._client, [*ids.values(), unique_name("none")], timeout_s=10
+        )
         assert set(states) == set(ids.values())  # an id never initialised is not described
         assert states[ids["committed"]] in txnstates.COMMITTED
         assert states[ids["aborted"]] in txnstates.ABORTED - {"Ongoing"}

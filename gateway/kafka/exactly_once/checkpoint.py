@@ -49,6 +49,7 @@ PairKey = tuple[str, int]
 # How long a producer's start waits to learn how its transactional id's last
 # transaction ended (see `hanging`): past it, the start goes on not knowing.
 DESCRIBE_TIMEOUT_S = 5.0
+DESCRIBE_MARGIN_S = 2.0  # for a request under way at that time, then not waited for
 
 
 class Outcome(enum.Enum):
@@ -162,7 +163,7 @@ class Checkpoint:
 
     async def _last_state(self, transactional_id: str) -> str | None:
         try:
-            async with asyncio.timeout(DESCRIBE_TIMEOUT_S):
+            async with asyncio.timeout(DESCRIBE_TIMEOUT_S + DESCRIBE_MARGIN_S):
                 return await self._describe.get(transactional_id)
         except Exception as exc:  # unknown: a hanging transaction is then aborted
             if not self._describe_failed:
@@ -175,7 +176,7 @@ class Checkpoint:
             return None
 
     async def _describe_ids(self, ids: list[str]) -> dict[str, str | None]:
-        found = await txnstates.last_states(self.consumer._client, ids)
+        found = await txnstates.last_states(self.consumer._client, ids, DESCRIBE_TIMEOUT_S)
         return {transactional_id: found.get(transactional_id) for transactional_id in ids}
 
     async def close(self, key: PairKey) -> None:

@@ -63,6 +63,7 @@ RETRIABLE = (
     NotCoordinatorError,
 )
 RETRY_S = 0.1
+RETRIABLE_CODES = frozenset(error.errno for error in RETRIABLE)
 
 
 # --- protocol: FindCoordinator v4, DescribeTransactions v0 (flexible versions) -------
@@ -168,34 +169,55 @@ class DescribeTransactionsRequest(Request[DescribeTransactionsRequest_v0]):
 # --- asking -----------------------------------------------------------------------------
 
 
-async def last_states(client: AIOKafkaClient, transactional_ids: Iterable[str]) -> dict[str, str]:
+async def last_states(
+    client: AIOKafkaClient, transactional_ids: Iterable[str], timeout_s: float
+) -> dict[str, str]:
     """The state each transactional id's coordinator holds (`CompleteCommit`, `Ongoing`,
-    ...); an id the coordinator does not know, or could not answer for, is left out.
+    ...); an id the coordinator does not know, or could not answer for within
+    `timeout_s`, is left out.
 
-    Raises when the broker lacks either request (aiokafka's `NotImplementedError` or
+    A coordinator still loading its transactions (after a broker restart, just when
+    the answer matters), moving or not yet available is asked again, 100 ms later,
+    until `timeout_s`: what was answered by then is returned. Raises when the broker
+    lacks either request (aiokafka's `NotImplementedError` or
     `IncompatibleBrokerVersion`) and aiokafka's errors when a request fails.
     """
-    ids = sorted(set(transactional_ids))
-    if not ids:
-        return {}
+    pending = set(transactional_ids)
+    found: dict[str, str] = {}
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while pending:
+        retry = await _ask_once(client, sorted(pending), found)
+        pending &= retry
+        if not pending or asyncio.get_running_loop().time() + RETRY_S > deadline:
+            break
+        await asyncio.sleep(RETRY_S)
+    return found
+
+
+async def _ask_once(client: AIOKafkaClient, ids: list[str], found: dict[str, str]) -> set[str]:
+    """One round of questions: the answers into `found`; the ids to ask again."""
+    retry: set[str] = set()
     node = client.get_random_node()
     answer = await client.send(node, FindCoordinatorsRequest(CoordinationType.TRANSACTION, ids))
     by_node: dict[int, list[str]] = collections.defaultdict(list)
     for key, node_id, _host, _port, error_code, _message, _tags in answer.coordinators:
         if error_code == NO_ERROR:
             by_node[node_id].append(key)
+        elif error_code in RETRIABLE_CODES:
+            retry.add(key)
     answers = await asyncio.gather(
         *(
             client.send(node_id, DescribeTransactionsRequest(keys))
             for node_id, keys in by_node.items()
         )
     )
-    return {
-        state[1]: state[2]
-        for described in answers
-        for state in described.transaction_states
-        if state[0] == NO_ERROR
-    }
+    for described in answers:
+        for error_code, transactional_id, state, *_ in described.transaction_states:
+            if error_code == NO_ERROR:
+                found[transactional_id] = state
+            elif error_code in RETRIABLE_CODES:
+                retry.add(transactional_id)
+    return retry
 
 
 def outcome(state: str | None) -> bool | None:
