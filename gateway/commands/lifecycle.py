@@ -201,9 +201,8 @@ def waiting_on(tasks: set[asyncio.Task[Any]]) -> list[str]:
     through (`Runner.run > Assignment.stop > ...`, innermost last, with its line).
     Names and code places only: nothing of the data the tasks hold."""
     found = []
-    for task in sorted(tasks, key=lambda t: t.get_name())[:WAITING_TASKS]:
-        if task.done():
-            continue
+    unfinished = sorted((t for t in tasks if not t.done()), key=lambda t: t.get_name())
+    for task in unfinished[:WAITING_TASKS]:
         chain: list[str] = []
         where = ""
         awaited: Any = task.get_coro()

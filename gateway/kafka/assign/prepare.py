@@ -105,9 +105,7 @@ class Preparer:
         """
         opening = asyncio.Semaphore(OPEN_CONCURRENCY)
         # how each id's last transaction ended, all in one look-up before the opens
-        asked = await self.checkpoint.ask(
-            [s.key for s in slots if not self.checkpoint.holds(s.key)]
-        )
+        asked = await self.checkpoint.ask(s.key for s in slots)
 
         async def open_one(slot: PairSlot) -> None:
             async with opening:

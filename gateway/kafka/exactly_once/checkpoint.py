@@ -151,9 +151,9 @@ class Checkpoint:
         )
 
     async def ask(self, keys: Iterable[PairKey]) -> dict[PairKey, str | None]:
-        """How the last transaction of each pair's id ended, all in one look-up, for
-        the `open`s that follow at once (pairs opened a few at a time would otherwise
-        ask a few at a time)."""
+        """How the last transaction of each pair's id ended (pairs whose producer is
+        started already left out), all in one look-up, for the `open`s that follow at
+        once (pairs opened a few at a time would otherwise ask a few at a time)."""
         keys = [key for key in dict.fromkeys(keys) if key not in self._producers]
         s = self.settings
         states = await asyncio.gather(

@@ -86,7 +86,8 @@ SUSPECT_AFTER_S = 5.0
 # may have missed some of its partitions as they may miss a commit's: the pair discards
 # what it left as soon as its producer started, whether or not the group's offsets
 # look stable. Rare (a failure before it), so the extra aborted transaction is too.
-ABORTED_BEFORE = frozenset({"PrepareAbort", "CompleteAbort", "PrepareEpochFence"})
+# (A transaction still `Ongoing` is aborted by the producer's start itself.)
+ABORTED_BEFORE = txnstates.ABORTED - {"Ongoing"}
 # How long adding the group to a completing transaction may take (its coordinator
 # answers CONCURRENT_TRANSACTIONS while the previous transaction completes).
 ADD_GROUP_S = 30.0
