@@ -282,8 +282,8 @@ class Preparer:
             if settled is None:  # with one producer per instance: perhaps a zombie's, ending
                 log.warning(
                     "committed offsets held by a transaction this instance cannot abort; "
-                    "waiting for the broker to end it (if it never does, see the README: "
-                    "hanging transactions)",
+                    "waiting for the broker to end it (if it never does, see the docs: "
+                    "concepts/exactly-once, hanging transactions)",
                     extra=where,
                 )
             elif settled.committed:

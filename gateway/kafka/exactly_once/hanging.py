@@ -62,7 +62,7 @@ hanging record in one of them stays until the pair next writes that partition.
 With `producer_scope = "instance"` the pending offsets may belong to another
 instance's transactional id: those cannot be settled from here, and the pair waits
 (the operator's remedy, `kafka-transactions.sh find-hanging` then `abort`, is
-in the README).
+in docs/concepts/exactly-once.md, "Hanging transactions").
 """
 
 from __future__ import annotations
