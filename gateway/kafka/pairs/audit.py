@@ -19,6 +19,7 @@ from typing import Any
 
 import rfc8785
 
+from gateway.codec import canonical
 from gateway.codec.records import (
     HEADER_CORRELATION_ID,
     MAX_RECORD_BYTES,
@@ -71,7 +72,7 @@ def payload_hash(entry: dict[str, Any]) -> dict[str, Any]:
     if "payload" not in entry:
         return {"payloadSha256": None}
     try:
-        canonical = rfc8785.dumps(entry["payload"])
+        written = canonical.dumps(entry["payload"])
     except rfc8785.IntegerDomainError:
         why = "it holds an integer beyond +-(2^53 - 1), which RFC 8785 cannot write"
     except rfc8785.FloatDomainError:
@@ -81,7 +82,7 @@ def payload_hash(entry: dict[str, Any]) -> dict[str, Any]:
     except RecursionError:
         why = "it is nested too deep to canonicalize"
     else:
-        return {"payloadSha256": hashlib.sha256(canonical).hexdigest()}
+        return {"payloadSha256": hashlib.sha256(written).hexdigest()}
     # the canonicalizer's own message quotes the payload's value: never carried
     return {"payloadSha256": None, "payloadNotHashed": why}
 
