@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.helpers import create_ssl_context
 
+from gateway.kafka.wire import clients, closing
 from gateway.kafka.wire.acls import Acl, apply
+from gateway.settings import Settings
 from tests.integration.support import (
     GATEWAY_BIN,
     REPO_ROOT,
@@ -668,3 +670,52 @@ async def test_an_auditor_with_exactly_its_acls_reads_the_trail_and_nothing_more
     ]
     assert all(r["attestation"] == "unattested" for r in found)
     assert_no_secret(ns, result.stdout, result.stderr, refused.stderr)
+
+
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+def test_a_consumer_with_a_fetch_in_flight_stops_without_waiting_out_the_tls_close(
+    ns: SecureNamespace, event_loop: str
+) -> None:
+    """A TLS close waits for the broker's close_notify, which a broker holding a fetch of
+    that connection sends only once the fetch ends, and which on uvloop did not come at
+    all in about one stop in four: the stop then took the loop's SSL shutdown timeout,
+    30 s (each partition the bridge opened waited that long for its marker reader).
+    Every client the gateway builds aborts what is still open after `closing.GRACE_S`."""
+    import uvloop
+
+    settings = Settings(
+        bootstrap_servers=ns.bootstrap,
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="admin",
+        sasl_plain_password=ns.password("admin"),
+        ssl_cafile=str(ns.secure_dir / "ca.crt"),
+    )
+    topic = f"{ns.prefix}.empty"
+
+    async def stops() -> list[float]:
+        admin = clients.admin(settings)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topic, 1, 1)])
+        finally:
+            await admin.close()
+        took = []
+        for _ in range(10):  # without the bound, on uvloop, 3 stops of 12 took 30 s
+            consumer = clients.consumer(
+                settings, enable_auto_commit=False, isolation_level="read_committed"
+            )
+            await consumer.start()
+            tp = TopicPartition(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)  # its fetcher starts a fetch, which waits
+            started = time.monotonic()
+            await consumer.stop()
+            took.append(time.monotonic() - started)
+        return took
+
+    factory = uvloop.new_event_loop if event_loop == "uvloop" else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        took = runner.run(stops())
+    # the fetch's own wait (fetch_max_wait_ms, 0.5 s), the close's bound, a margin
+    assert max(took) < 0.5 + closing.GRACE_S + closing.ABORT_WAIT_S + 2, took

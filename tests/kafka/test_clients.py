@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from aiokafka.errors import (
@@ -122,29 +121,6 @@ async def test_a_stop_whose_caller_is_cancelled_is_cancelled() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-
-
-class _ClosesOnlyWhenAborted:
-    """stop() waits for its one connection to report it lost, which a TLS close that
-    is never answered does only when aborted (aiokafka's client.close)."""
-
-    def __init__(self) -> None:
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        transport = SimpleNamespace(abort=lambda: self.lost.set_result(None))
-        conn = SimpleNamespace(_protocol=SimpleNamespace(_transport=transport))
-        self._client = SimpleNamespace(_conns={1: conn})
-
-    async def stop(self) -> None:
-        await self.lost
-
-
-async def test_a_stop_whose_connections_never_close_aborts_them_at_its_bound(
-    monkeypatch,
-) -> None:
-    monkeypatch.setattr(clients, "STOP_BOUND_S", 0.05)
-    client = _ClosesOnlyWhenAborted()
-    await asyncio.wait_for(clients.stop(client), timeout=5)  # type: ignore[arg-type]
-    assert client.lost.done()
 
 
 async def test_a_transactional_producer_asks_again_soon_after_concurrent_transactions(

@@ -34,7 +34,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.metadata import MetadataRequest
 
-from gateway.kafka.wire import asread, txnretry
+from gateway.kafka.wire import asread, closing, txnretry
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.kafka.clients")
@@ -62,7 +62,9 @@ def common(settings: Settings) -> dict[str, Any]:
 def consumer(settings: Settings, *topics: str, **kwargs: Any) -> AIOKafkaConsumer:
     if kwargs.get("key_deserializer") is asread.as_read:
         asread.install()  # its records as the fetch read them: see asread
-    return AIOKafkaConsumer(*topics, **kwargs, **common(settings))
+    made = AIOKafkaConsumer(*topics, **kwargs, **common(settings))
+    closing.bound(made._client)  # its close never waits out a TLS closing handshake
+    return made
 
 
 def changelog_reader(settings: Settings, client_id: str) -> AIOKafkaConsumer:
@@ -82,11 +84,15 @@ def changelog_reader(settings: Settings, client_id: str) -> AIOKafkaConsumer:
 def producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:
     if kwargs.get("transactional_id"):
         txnretry.install()  # transactions one after another: see txnretry
-    return AIOKafkaProducer(**kwargs, **common(settings))
+    made = AIOKafkaProducer(**kwargs, **common(settings))
+    closing.bound(made.client)
+    return made
 
 
 def admin(settings: Settings, **kwargs: Any) -> AIOKafkaAdminClient:
-    return AIOKafkaAdminClient(**kwargs, **common(settings))
+    made = AIOKafkaAdminClient(**kwargs, **common(settings))
+    closing.bound(made._client)
+    return made
 
 
 def network_client(
@@ -114,50 +120,23 @@ async def probe(client: AIOKafkaConsumer | AIOKafkaProducer | AIOKafkaAdminClien
     await network.send(node, MetadataRequest([]))
 
 
-# How long a client's stop may take before its connections are aborted: it has left
-# its group by then, and only waits for its connections to close.
-STOP_BOUND_S = 3.0
-
-
 async def stop(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
     """Stop a client; a stop that only re-raises aiokafka's own cancellation returns.
 
     With its broker gone, a consumer's stop cancels its pending fetch and then
     awaits it: the fetch's CancelledError comes out of `stop()` though nobody
     cancelled the caller. It is swallowed here; a cancellation of the caller
-    itself still propagates.
-
-    The stop ends by waiting for every connection's transport to report it lost.
-    On uvloop over SASL_SSL, a gateway's consumer waited there past the gateway's
-    `shutdown_timeout_s` (20 s) in 4 of 40 repeated cases of a secure test: a TLS
-    close waits for its closing handshake, up to the loop's SSL shutdown timeout
-    (30 s). Past `STOP_BOUND_S` the client's connections are aborted, which ends
-    the wait at once.
+    itself still propagates. (The stop's last step, closing the connections, is
+    bounded for every client built here: see `closing`.)
     """
     stopping = asyncio.ensure_future(client.stop())
     try:
-        done, _ = await asyncio.wait({stopping}, timeout=STOP_BOUND_S)
-        if not done:
-            log.info(
-                "a client's stop still waits for its connections to close; aborting them",
-                extra={"client": type(client).__name__, "after_s": STOP_BOUND_S},
-            )
-            abort_connections(client)
         await stopping
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             stopping.cancel()
             raise
-
-
-def abort_connections(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
-    """Abort the transport of each of the client's connections: each is closed at once,
-    without waiting for the other side."""
-    for conn in list(network_client(client)._conns.values()):  # reach: aiokafka's own
-        transport = getattr(getattr(conn, "_protocol", None), "_transport", None)
-        if transport is not None:
-            transport.abort()
 
 
 def describe_denial(exc: BaseException, topic_operation: str = "Write") -> tuple[str, str] | None:
