@@ -395,12 +395,10 @@ class Settings(BaseSettings):
     """Port of the HTTP endpoints (0: any free port)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """DEBUG, INFO, WARNING or ERROR."""
-    event_loop: Literal["uvloop", "asyncio"] = "asyncio"
-    """The event loop of the long-lived commands (run, bridge, edge, inbox): Python's own
-    asyncio loop, or uvloop (libuv: less CPU for each socket write and wake-up; not yet
-    the default: its stop past the bound under TLS, a connection close waiting for its
-    handshake, is bounded now, and wants more full test runs on uvloop). Where uvloop
-    cannot be imported, Python's own, with a warning."""
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    """The event loop of the long-lived commands (run, bridge, edge, inbox): uvloop (libuv:
+    less CPU for each socket write and wake-up), or Python's own asyncio loop. Where
+    uvloop cannot be imported, Python's own, with a warning."""
 
     # --- Metrics -----------------------------------------------------------------------
     metrics_agent_detail: Literal["dashboard", "full"] = "dashboard"
