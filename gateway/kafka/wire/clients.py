@@ -63,7 +63,7 @@ def consumer(settings: Settings, *topics: str, **kwargs: Any) -> AIOKafkaConsume
     if kwargs.get("key_deserializer") is asread.as_read:
         asread.install()  # its records as the fetch read them: see asread
     made = AIOKafkaConsumer(*topics, **kwargs, **common(settings))
-    closing.bound(made._client)  # its close never waits out a TLS closing handshake
+    closing.bound(getattr(made, "_client", None))  # its close never waits out TLS's
     return made
 
 
@@ -85,13 +85,13 @@ def producer(settings: Settings, **kwargs: Any) -> AIOKafkaProducer:
     if kwargs.get("transactional_id"):
         txnretry.install()  # transactions one after another: see txnretry
     made = AIOKafkaProducer(**kwargs, **common(settings))
-    closing.bound(made.client)
+    closing.bound(getattr(made, "client", None))
     return made
 
 
 def admin(settings: Settings, **kwargs: Any) -> AIOKafkaAdminClient:
     made = AIOKafkaAdminClient(**kwargs, **common(settings))
-    closing.bound(made._client)
+    closing.bound(getattr(made, "_client", None))
     return made
 
 

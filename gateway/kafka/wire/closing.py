@@ -34,10 +34,11 @@ GRACE_S = 0.2  # a broker answers close_notify in a round trip, unless a fetch h
 ABORT_WAIT_S = 1.0  # an aborted transport reports itself lost on the next loop turn
 
 
-def bound(client: AIOKafkaClient) -> None:
-    """Make `client.close()` end within GRACE_S + ABORT_WAIT_S (idempotent)."""
-    own: Callable[[], Awaitable[None]] = client.close
-    if getattr(own, "bounded", False):
+def bound(client: AIOKafkaClient | None) -> None:
+    """Make `client.close()` end within GRACE_S + ABORT_WAIT_S (idempotent; no client, or
+    one with no `close` of its own, as another aiokafka's might be, is left as it is)."""
+    own: Callable[[], Awaitable[None]] | None = getattr(client, "close", None)
+    if client is None or own is None or getattr(own, "bounded", False):
         return
 
     async def close() -> None:
