@@ -395,10 +395,12 @@ class Settings(BaseSettings):
     """Port of the HTTP endpoints (0: any free port)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """DEBUG, INFO, WARNING or ERROR."""
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
-    """The event loop of the long-lived commands (run, bridge, edge, inbox): uvloop (libuv:
-    less CPU for each socket write and wake-up), or Python's own asyncio loop. Where
-    uvloop cannot be imported, Python's own, with a warning."""
+    event_loop: Literal["uvloop", "asyncio"] = "asyncio"
+    """The event loop of the long-lived commands (run, bridge, edge, inbox): Python's own
+    asyncio loop, or uvloop (libuv: less CPU for each socket write and wake-up; not the
+    default: a 200-agent fleet test's kills and takeovers took 73, 131 and 260 s on it,
+    70-110 s on asyncio, not yet understood). Where uvloop cannot be imported, Python's
+    own, with a warning."""
 
     # --- Metrics -----------------------------------------------------------------------
     metrics_agent_detail: Literal["dashboard", "full"] = "dashboard"

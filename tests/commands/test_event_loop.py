@@ -1,4 +1,4 @@
-"""The long-lived commands' event loop (`event_loop`): uvloop unless Python's own is asked
+"""The long-lived commands' event loop (`event_loop`): Python's own unless uvloop is asked
 for, and Python's own where uvloop cannot be imported."""
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ async def loop_module() -> str:
     return type(asyncio.get_running_loop()).__module__
 
 
-def test_the_commands_run_on_uvloop_by_default() -> None:
-    assert Settings().event_loop == "uvloop"
-    assert lifecycle.run_loop(Settings(), loop_module()).startswith("uvloop")
+def test_the_commands_run_on_python_s_own_loop_by_default() -> None:
+    assert Settings().event_loop == "asyncio"
+    assert lifecycle.run_loop(Settings(), loop_module()) == "asyncio.unix_events"
 
 
-def test_python_s_own_loop_when_asked() -> None:
-    own = Settings(event_loop="asyncio")
-    assert lifecycle.run_loop(own, loop_module()) == "asyncio.unix_events"
+def test_uvloop_when_asked() -> None:
+    assert lifecycle.run_loop(Settings(event_loop="uvloop"), loop_module()).startswith("uvloop")
 
 
 def test_python_s_own_loop_with_a_warning_where_uvloop_cannot_be_imported(
