@@ -13,7 +13,6 @@ The line names the cause and never carries a secret.
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -36,8 +35,6 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from gateway.kafka.wire import asread, closing, txnretry
 from gateway.settings import Settings
-
-log = logging.getLogger("gateway.kafka.clients")
 
 PREFLIGHT_TIMEOUT_S = 15.0
 
@@ -129,13 +126,11 @@ async def stop(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
     itself still propagates. (The stop's last step, closing the connections, is
     bounded for every client built here: see `closing`.)
     """
-    stopping = asyncio.ensure_future(client.stop())
     try:
-        await stopping
+        await client.stop()
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
-            stopping.cancel()
             raise
 
 
