@@ -10,7 +10,6 @@ import asyncio
 from gateway.commands import collector
 from gateway.commands.lifecycle import process_registry, run_until_stopped, serving
 from gateway.http import HttpServer
-from gateway.inbox.service import InboxService
 from gateway.kafka.runner import Gateway
 from gateway.kafka.wire import clients
 from gateway.observe import logs
@@ -23,7 +22,13 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     registry = process_registry()
     await clients.preflight(settings)  # a refused password or certificate: exit 2, no retries
     gateway = Gateway(settings, Metrics(registry, settings.metrics_agent_detail))
-    inbox = InboxService(settings, registry) if settings.inbox_enabled else None
+    inbox = None
+    if settings.inbox_enabled:
+        # imported only when on: its JWT verification, HTTP client and page are a third of
+        # the command's start-up, and the inbox is off by default
+        from gateway.inbox.service import InboxService
+
+        inbox = InboxService(settings, registry)
     http = HttpServer(
         settings.http_host,
         settings.http_port,
