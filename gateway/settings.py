@@ -7,6 +7,9 @@ secrets are `SecretStr` and print masked.
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
 import os
 import re
 import socket
@@ -35,13 +38,17 @@ from pydantic_settings import (
 )
 
 CONFIG_FILE_ENV = "AGUI_GATEWAY_CONFIG_FILE"
+# Each field's meaning is the docstring written under it, read by `field_docs` when the
+# docs or `--help` ask, not by pydantic's `use_attribute_docstrings` at import: that read
+# this module's source for every model on every start of every command (0.1 s of a
+# gateway's start-up).
 _AGENT = "{agent}"
 
 
 class BridgeAgent(BaseModel):
     """One HTTP AG-UI agent the bridge serves (`agui-gateway bridge`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     url: str
     """Where RunAgentInput is POSTed; `{agent}` is replaced by the agent's name."""
@@ -60,7 +67,7 @@ class AgentGroup(BaseModel):
     the group's name (`agui.<group>.events`, ...), each record naming its agent in the
     `agui-agent` header. An agent no group names keeps topics of its own."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     agents: list[str] = []
     """The group's agents by name. With neither agents nor agent_pattern, any agent name
@@ -102,7 +109,7 @@ class ApproverSetting(BaseModel):
     an interrupt governs it (the agent's own over its group's over "*", then a named tool,
     then a named reason); an interrupt no rule names may be answered by anyone."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     agent: str = "*"
     """The agent, or the group, whose interrupts this rule governs; "*": every agent."""
@@ -146,9 +153,7 @@ class ApproverSetting(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="AGUI_GATEWAY_", frozen=True, extra="forbid", use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix="AGUI_GATEWAY_", frozen=True, extra="forbid")
 
     # --- Kafka connection -------------------------------------------------------------
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -810,15 +815,38 @@ def setting_fields(
     config = config if config is not None else SettingsConfigDict(**model.model_config)  # type: ignore[typeddict-item]
     prefix = str(config.get("env_prefix") or "")
     delimiter = config.get("env_nested_delimiter")
+    docs = field_docs(model)
     for name, field in model.model_fields.items():
         here = (*path, field.alias or name)
         nested = _model_in(field.annotation)
         env = prefix + (delimiter or "__").join(here).upper()
         if nested is not None and delimiter:
-            yield ".".join(here), env, field.get_default(), field.description or ""
+            yield ".".join(here), env, field.get_default(), docs.get(name, "")
             yield from setting_fields(nested, here, config)
             continue
-        yield ".".join(here), env, field.get_default(), field.description or ""
+        yield ".".join(here), env, field.get_default(), docs.get(name, "")
+
+
+@functools.cache  # keyed by model class: finite
+def field_docs(model: type[BaseModel]) -> dict[str, str]:
+    """Each field of `model` (its own and its bases' among this module's models) with the
+    docstring written under it in the source; a field without one is left out."""
+    docs: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if cls.__module__ != __name__ or not issubclass(cls, BaseModel):
+            continue
+        (node,) = ast.parse(inspect.getsource(cls)).body
+        assert isinstance(node, ast.ClassDef), cls
+        for this, after in zip(node.body, node.body[1:], strict=False):
+            if (
+                isinstance(this, ast.AnnAssign)
+                and isinstance(this.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[this.target.id] = inspect.cleandoc(after.value.value)
+    return docs
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:

@@ -42,6 +42,7 @@ LISTED: dict[str, tuple[str, Any]] = {
     "gateway.kafka.pairs.shaping.iso": ("lru", 1024),
     "gateway.core.reading.response_schema._by_text": ("bytes", 16 * 1024 * 1024),
     "gateway.core.reading.expiry._cache": ("bytes", 1024 * 1024),
+    "gateway.settings.field_docs": ("finite", "model class"),
 }
 FINITE_MOST = 64  # entries a cache keyed by something finite may hold after traffic
 COMMENT_WORDS = ("bounded", "keyed by", "no arguments")

@@ -93,6 +93,7 @@ def settings() -> str:
         ApproverSetting,
         BridgeAgent,
         Settings,
+        field_docs,
         setting_fields,
     )
 
@@ -119,15 +120,16 @@ def settings() -> str:
         (ApproverSetting, "An approver rule (`approvers` items)"),
     ):
         nested = []
+        docs = field_docs(model)
         for name, field in model.model_fields.items():
-            if not (field.description or "").strip():
+            if not docs.get(name, "").strip():
                 missing.append(f"{model.__name__}.{name}")
             nested.append(
                 (
                     _code(name),
                     _code(_type_name(field.annotation)),
                     "required" if field.is_required() else _default(field),
-                    field.description or "",
+                    docs.get(name, ""),
                 )
             )
         parts.append(f"### {title}\n\n" + (model.__doc__ or "").strip().replace("\n    ", " "))
