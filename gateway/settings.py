@@ -830,13 +830,18 @@ def setting_fields(
 @functools.cache  # keyed by model class: finite
 def field_docs(model: type[BaseModel]) -> dict[str, str]:
     """Each field of `model` (its own and its bases' among this module's models) with the
-    docstring written under it in the source; a field without one is left out."""
+    docstring written under it in the source; a field without one is left out (all of them
+    where the source is not installed: the meanings are for docs and `--help` only)."""
     docs: dict[str, str] = {}
     for cls in reversed(model.__mro__):
         if cls.__module__ != __name__ or not issubclass(cls, BaseModel):
             continue
-        (node,) = ast.parse(inspect.getsource(cls)).body
-        assert isinstance(node, ast.ClassDef), cls
+        try:
+            (node,) = ast.parse(inspect.getsource(cls)).body
+        except (OSError, TypeError):
+            continue
+        if not isinstance(node, ast.ClassDef):
+            continue
         for this, after in zip(node.body, node.body[1:], strict=False):
             if (
                 isinstance(this, ast.AnnAssign)
