@@ -9,7 +9,8 @@ enforces it). Entry points:
 
 The names below are imported when first asked for: a process that needs only the
 core's values (a reason code, a finding) does not build the protocol's models that
-reading events and judging requests need (a third of a command's start-up).
+reading events and judging requests need (ag_ui's event models alone took
+about 0.2 s of CPU to import).
 """
 
 import importlib
