@@ -46,6 +46,7 @@ def test_a_command_imports_only_what_it_uses(module: str) -> None:
 def test_the_cores_names_are_there_when_asked_for() -> None:
     import gateway.core as core
 
+    assert sorted(core._WHERE) == sorted(core.__all__)  # the names it says where to find
     for name in core.__all__:
         assert getattr(core, name) is not None, name
     with pytest.raises(AttributeError, match="no_such_name"):
