@@ -46,8 +46,11 @@ if ! deploy/kafka.sh start; then
     exit 1
 fi
 
+# Two lanes (pytest-xdist): the suite mostly waits on the broker and on the
+# gateway's subprocesses; tests/conftest.py keeps what one process must hold
+# in one lane. TEST_LANES=0 runs everything in this process.
 set +e
-"$VENV/bin/python" -m pytest "$@"
+"$VENV/bin/python" -m pytest -n "${TEST_LANES:-2}" --dist loadgroup "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

@@ -15,6 +15,7 @@ The client is installed with npm from `tests/edge/node/package.json` into
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
@@ -52,9 +53,16 @@ def installed_client() -> Path:
             )
     modules = CACHE / "node_modules"
     marker = modules / "@ag-ui" / "client" / "package.json"
-    if marker.is_file() and json.loads(marker.read_text())["version"] == CLIENT_VERSION:
-        return modules
     CACHE.mkdir(parents=True, exist_ok=True)
+    # one install at a time: the suite's two lanes can both get here first
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (marker.is_file() and json.loads(marker.read_text())["version"] == CLIENT_VERSION):
+            _npm_install(marker)
+    return modules
+
+
+def _npm_install(marker: Path) -> None:
     shutil.copy(NODE_DIR / "package.json", CACHE / "package.json")
     result = subprocess.run(
         ["npm", "install", "--no-audit", "--no-fund", "--no-package-lock", "--loglevel=error"],
@@ -70,7 +78,6 @@ def installed_client() -> Path:
             f"(exit {result.returncode}):\n{result.stderr[-3000:]}",
             pytrace=False,
         )
-    return modules
 
 
 async def drive(modules: Path, url: str, thread_id: str, messages: list[Any]) -> dict:

@@ -4,7 +4,7 @@
 already running from the same state dir, and fails the tests (never skips them)
 when the broker cannot be started. A broker this session had to start itself is
 stopped again at the end of the session unless KAFKA_KEEP_RUNNING=1; one that was
-already running is left alone.
+already running is left alone, and so is one started in a lane of `pytest -n`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,10 @@ def kafka_bootstrap() -> Iterator[str]:
             pytrace=False,
         )
     yield bootstrap
-    if not already_running and os.environ.get("KAFKA_KEEP_RUNNING") != "1":
+    # A lane of `pytest -n` does not stop it: the other lane may still be using it
+    # (scripts/test.sh starts it before the lanes and stops it after them).
+    in_a_lane = "PYTEST_XDIST_WORKER" in os.environ
+    if not already_running and not in_a_lane and os.environ.get("KAFKA_KEEP_RUNNING") != "1":
         _run_kafka_sh("stop", timeout=120)
 
 
