@@ -41,7 +41,7 @@ LOST = pytest.StashKey[bool]()
 @pytest.hookimpl(trylast=True)  # after xdist has written the groups into the test ids
 def pytest_collection_finish(session: pytest.Session) -> None:
     """A test whose group xdist did not take fails: its lane may have been mixed."""
-    if session.config.getvalue("loadgroup"):  # set in xdist's workers only
+    if hasattr(session.config, "workerinput"):  # in an xdist worker: one lane of several
         for item in session.items:
             if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
                 item.stash[LOST] = True
@@ -50,7 +50,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.stash.get(LOST, False):
         pytest.fail(
-            "pytest-xdist did not keep this test in its lane (tests/conftest.py): this pytest "
-            "and pytest-xdist do not work together; see the pin in pyproject.toml",
+            "pytest-xdist did not keep this test in its lane (tests/conftest.py): run the lanes "
+            "with --dist loadgroup, on a pytest whose test ids xdist's groups still work with "
+            "(see the pin in pyproject.toml)",
             pytrace=False,
         )
