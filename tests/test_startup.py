@@ -7,11 +7,9 @@ interpreter and lists the modules it must not have loaded.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
+
+from tests.imports import loaded_by, under
 
 CASES = {
     # the inbox (JWT verification, an HTTP client, its page) is off by default
@@ -22,24 +20,11 @@ CASES = {
 }
 
 
-def loaded_by(module: str) -> set[str]:
-    code = f"import json, sys; import {module}; print(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    return set(json.loads(out.stdout))
-
-
 @pytest.mark.parametrize("module", sorted(CASES))
 def test_a_command_imports_only_what_it_uses(module: str) -> None:
     loaded = loaded_by(module)
     assert module in loaded
-    unwanted = sorted(
-        name
-        for name in loaded
-        for prefix in CASES[module]
-        if name.split(".")[: len(prefix.split("."))] == prefix.split(".")
-    )
+    unwanted = [name for package in CASES[module] for name in under(loaded, package)]
     assert unwanted == [], unwanted
 
 

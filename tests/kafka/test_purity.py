@@ -4,14 +4,12 @@ no event loop, no clock, no metrics."""
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import gateway.kafka
+from tests.imports import loaded_by, under
 
 KAFKA_DIR = Path(gateway.kafka.__file__).parent
 PURE = ("shaping", "round", "decide", "merge", "pacing", "audit")
@@ -70,18 +68,14 @@ def test_a_pure_module_imports_no_kafka_loop_clock_or_metrics(module):
 
 
 def test_importing_the_pure_modules_loads_no_kafka_client_loop_or_metrics():
-    script = (
-        "import json, sys\n"
-        "import gateway.kafka.pairs.shaping, gateway.kafka.pairs.round, gateway.kafka.pairs.decide\n"
-        "import gateway.kafka.pairs.merge\n"
-        "print(json.dumps(sorted(sys.modules)))\n"
+    modules = loaded_by(
+        "gateway.kafka.pairs.shaping",
+        "gateway.kafka.pairs.round",
+        "gateway.kafka.pairs.decide",
+        "gateway.kafka.pairs.merge",
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
-    modules = json.loads(done.stdout)
     for banned in ("aiokafka", "asyncio", "prometheus_client"):
-        assert [m for m in modules if m == banned or m.startswith(banned + ".")] == []
+        assert under(modules, banned) == []
     assert "gateway.kafka.pairs.round" in modules and "gateway.kafka.pairs.shaping" in modules
 
 
