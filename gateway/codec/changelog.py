@@ -385,6 +385,48 @@ def decode_held(value: bytes, thread_id: str) -> ThreadState:
     return decode(value)
 
 
+_INTERRUPTS_AT, _UPDATED_AT = 8, 5  # version 4's fields by position (see `_encode`)
+_EXPIRES_AT, _ANNOUNCED_AT = 5, 8  # an interrupt's (see `_interrupt`)
+
+# What a sweep reads of a thread without building its state: the run status, updated_ms,
+# and each interrupt's expiresAt and whether its expiry was announced.
+SweepView = tuple[RunStatus, int, list[tuple[str | None, bool]]]
+
+
+def sweep_view(value: bytes) -> SweepView | None:
+    """What a sweep needs of a version 4 value (held or written), read without
+    building the state: a quarter to a tenth of what decoding it costs. None for a
+    value of another version, and for one this reading cannot vouch for (decode it:
+    `decode_held` says what is wrong with it). A value unreadable only in a field this
+    does not read is found so when its thread is next read."""
+    if value[:1] != b"\x04":
+        return None
+    try:
+        fields = ormsgpack.unpackb(value[1:])
+    except (ValueError, TypeError):
+        return None
+    if type(fields) is not list or not 2 <= len(fields) <= len(_STATE_DEFAULTS):
+        return None
+    status = fields[1]
+    run_status = _STATUS_OF.get(status) if type(status) is int else None
+    updated = fields[_UPDATED_AT] if len(fields) > _UPDATED_AT else None
+    if run_status is None or (updated is not None and type(updated) is not int):
+        return None
+    interrupts = fields[_INTERRUPTS_AT] if len(fields) > _INTERRUPTS_AT else []
+    if type(interrupts) is not list:
+        return None
+    expiries = []
+    for i in interrupts:
+        if type(i) is not list or not 2 <= len(i) <= len(_INTERRUPT_DEFAULTS):
+            return None
+        expires = i[_EXPIRES_AT] if len(i) > _EXPIRES_AT else None
+        announced = i[_ANNOUNCED_AT] if len(i) > _ANNOUNCED_AT else False
+        if (expires is not None and type(expires) is not str) or type(announced) is not bool:
+            return None
+        expiries.append((expires, announced))
+    return run_status, updated or 0, expiries
+
+
 def _decode_avro(value: bytes) -> ThreadState:
     writer = schema(value[0])
     try:

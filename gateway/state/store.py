@@ -51,6 +51,15 @@ class ThreadStore:
             return self._decode(thread_id, value)
         return value
 
+    def sweep_view(self, thread_id: str) -> changelog.SweepView | None:
+        """What a sweep needs of a committed thread held as bytes, read without decoding
+        it (`changelog.sweep_view`); None for any other (held as an object, changed in
+        the open transaction, not here, or not readable so): read it with `get`."""
+        if thread_id in self._pending:
+            return None
+        value = self._committed.get(thread_id)
+        return changelog.sweep_view(value) if isinstance(value, bytes) else None
+
     def _decode(self, thread_id: str, value: bytes) -> ThreadState | None:
         try:
             real = self.thread_of(thread_id)

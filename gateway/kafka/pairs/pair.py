@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gateway.codec.changelog import SweepView
 from gateway.codec.records import (
     NOT_DECODED,
     InRecord,
@@ -148,6 +149,15 @@ class PartitionPair:
             if layer is not None and thread_id in layer.changes:
                 return layer.changes[thread_id]
         return self.store.get(thread_id)
+
+    def sweep_view(self, thread_id: str) -> SweepView | None:
+        """What a sweep needs of a committed thread held as bytes, without decoding it
+        (`changelog.sweep_view`); None when a round layer holds a change of it, or the
+        store holds it otherwise: read its `state`."""
+        for layer in (self.round, self.sealed):
+            if layer is not None and thread_id in layer.changes:
+                return None
+        return self.store.sweep_view(thread_id)
 
     def needs_fence(self) -> bool:
         return self.merge.needs_fence()

@@ -11,7 +11,9 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from gateway.codec.changelog import SweepView
 from gateway.core import ThreadState, Warn
+from gateway.core.reading import expiry
 from gateway.core.requests.sweep import expire_due
 from gateway.core.values.findings import Finding
 from gateway.state.retention import Retention
@@ -26,6 +28,7 @@ class Swept(Protocol):
 
     # keys are the pair's (its layout's): a threadId, or in a group (agent, threadId)'s key
     def committed_ids(self) -> list[str]: ...
+    def sweep_view(self, thread_id: str) -> SweepView | None: ...
     def state(self, thread_id: str) -> ThreadState | None: ...
     def put(self, old: ThreadState | None, new: ThreadState, key: str | None = None) -> None: ...
     def delete(self, old: ThreadState, key: str | None = None) -> None: ...
@@ -44,6 +47,18 @@ class Sweep:
     def running(self) -> bool:
         return self._ids is not None
 
+    def _maybe_due(self, view: SweepView, now_ms: int) -> bool:
+        """Whether a thread may be past retention or have an expiry to announce: False
+        only when neither is possible (`retention.expired` and `expire_due` would both
+        say no), from what `sweep_view` read of it."""
+        status, updated_ms, interrupts = view
+        if now_ms >= self.retention.kept_at_least_until_ms(status, updated_ms, bool(interrupts)):
+            return True
+        return any(
+            not announced and expiry.judge(expires, now_ms) is expiry.Expiry.EXPIRED
+            for expires, announced in interrupts
+        )
+
     def step(
         self, pair: Swept, now_ms: int, limit: int | None = None, max_changes: int | None = None
     ) -> bool:
@@ -61,6 +76,11 @@ class Sweep:
         while at < stop and (max_changes is None or changes < max_changes):
             thread_id = ids[at]
             at += 1
+            # read without decoding the thread: only one that may have something due
+            # is decoded (decoding is most of what a sweep costs)
+            view = pair.sweep_view(thread_id)
+            if view is not None and not self._maybe_due(view, now_ms):
+                continue
             state = pair.state(thread_id)
             if state is None:
                 continue
