@@ -41,6 +41,9 @@ class ThreadStore:
         # the changelog values of pending states, as the round encoded them (see `put`)
         self._values: dict[str, bytes] = {}
         self.thread_of: Callable[[str], str | None] = thread_of or _same
+        # keys committed or loaded since the last `take_changed` (None: not asked for
+        # yet, nothing noted); bounded by the keys held, each noted once
+        self._changed: dict[str, None] | None = None
 
     def get(self, thread_id: str) -> ThreadState | None:
         """The state under a key (a threadId, or a group's key)."""
@@ -98,11 +101,14 @@ class ThreadStore:
 
     def commit(self) -> None:
         values = self._values
+        changed = self._changed
         for thread_id, state in self._pending.items():
             if state is None:
                 self._committed.pop(thread_id, None)
             else:
                 self._committed[thread_id] = _held(state, values.get(thread_id))
+                if changed is not None:
+                    changed[thread_id] = None
         self._pending = {}
         self._values = {}
 
@@ -116,11 +122,26 @@ class ThreadStore:
             self._committed.pop(thread_id, None)
         else:
             self._committed[thread_id] = value
+            if self._changed is not None:
+                self._changed[thread_id] = None
+
+    def changed_count(self) -> int:
+        return 0 if self._changed is None else len(self._changed)
+
+    def take_changed(self) -> list[str]:
+        """The keys committed or loaded (not deleted) since the last call, in that order,
+        each once; the first call returns none and starts noting them. A sweep reads
+        these rather than every key (`gateway.kafka.pairs.sweep`). Writes through
+        `held()` are not noted: that map is filled before a pair takes the store."""
+        changed = self._changed
+        self._changed = {}
+        return [] if changed is None else list(changed)
 
     def held(self) -> dict[str, ThreadState | bytes]:
         """The committed map itself, for a restore or a replica to fill as `load` would
         (changelog bytes under a key, popped for a tombstone): one call per record
-        costs a restore's loop a fifth of its time."""
+        costs a restore's loop a fifth of its time. What is written here is not noted
+        for `take_changed`."""
         return self._committed
 
     def __len__(self) -> int:

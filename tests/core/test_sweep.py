@@ -60,6 +60,8 @@ def test_answered_interrupts_are_not_announced():
     same, due = expire_due(answered, NOW_MS + 120_000)
     assert due == ()
     assert same is answered
+    assert next_expiry_ms(state) is not None
+    assert next_expiry_ms(answered) is None  # nothing for a sweep to announce, ever
 
 
 def test_nothing_to_sweep_on_a_thread_without_open_interrupts():

@@ -10,7 +10,8 @@ from gateway.kafka.pairs.sweeps import PAIR_COST, SweepPlan, SweepTurns
 
 
 def slot(key: tuple[str, int], threads: int = 0, ready: bool = True) -> SimpleNamespace:
-    pair = SimpleNamespace(store=[None] * threads, sweeping=False)
+    """A pair whose next pass looks at `threads` threads."""
+    pair = SimpleNamespace(sweep_size=lambda: threads, sweeping=False)
     return SimpleNamespace(key=key, ready=ready, pair=pair)
 
 

@@ -45,11 +45,16 @@ def expire_due(state: ThreadState, now_ms: int) -> tuple[ThreadState, tuple[Inte
 
 
 def next_expiry_ms(state: ThreadState) -> int | None:
-    """The earliest readable `expiresAt` among open, unannounced interrupts."""
+    """The earliest readable `expiresAt` among the interrupts `expire_due` would
+    announce once it passes (open, unanswered, unannounced): before it, `expire_due`
+    announces nothing."""
+    if not state.interrupts:
+        return None
+    answered = answered_ids(state)
     times = [
         expiry.expires_at_ms(i.expires_at)
         for i in state.interrupts
-        if i.expires_at and not i.expiry_announced
+        if i.expires_at and not i.expiry_announced and i.id not in answered
     ]
     readable = [t for t in times if t is not None]
     return min(readable) if readable else None

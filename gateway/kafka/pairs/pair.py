@@ -140,6 +140,7 @@ class PartitionPair:
         self.open_interrupts = open_interrupts
         self._active_committed = {thread_id.encode() for thread_id in active}
         self._active = set(self._active_committed)
+        self.sweeper.reset()  # its next pass looks at every thread of this store
 
     def state(self, thread_id: str) -> ThreadState | None:
         """A thread's state as this pair sees it: open round, sealed round, then committed.
@@ -149,6 +150,12 @@ class PartitionPair:
             if layer is not None and thread_id in layer.changes:
                 return layer.changes[thread_id]
         return self.store.get(thread_id)
+
+    def pending(self, thread_id: str) -> bool:
+        """Whether a round not yet committed holds a change of a thread."""
+        return any(
+            layer is not None and thread_id in layer.changes for layer in (self.round, self.sealed)
+        )
 
     def sweep_view(self, thread_id: str) -> SweepView | None:
         """What a sweep needs of a committed thread held as bytes, without decoding it
@@ -498,6 +505,16 @@ class PartitionPair:
 
     def committed_ids(self) -> list[str]:
         return self.store.ids()
+
+    def committed_count(self) -> int:
+        return len(self.store)
+
+    def changed_ids(self) -> list[str]:
+        return self.store.take_changed()
+
+    def sweep_size(self) -> int:
+        """About how many threads the next sweep pass looks at."""
+        return self.sweeper.next_size(len(self.store), self.store.changed_count())
 
     def seal(self) -> Round:
         """Hand the open round over for committing; a new one opens over it."""

@@ -37,7 +37,7 @@ class SweepPlan:
             slot = slots.get(due.popleft())
             if slot is None or not slot.ready or slot.pair.sweeping:
                 continue
-            budget -= PAIR_COST + min(len(slot.pair.store), self.budget)
+            budget -= PAIR_COST + min(slot.pair.sweep_size(), self.budget)
             starting.append(slot)
         return starting
 
