@@ -161,10 +161,7 @@ class PartitionPair:
         """What a sweep needs of a committed thread held as bytes, without decoding it
         (`changelog.sweep_view`); None when a round layer holds a change of it, or the
         store holds it otherwise: read its `state`."""
-        for layer in (self.round, self.sealed):
-            if layer is not None and thread_id in layer.changes:
-                return None
-        return self.store.sweep_view(thread_id)
+        return None if self.pending(thread_id) else self.store.sweep_view(thread_id)
 
     def needs_fence(self) -> bool:
         return self.merge.needs_fence()
