@@ -57,6 +57,19 @@ class Swept(Protocol):
 
 
 class Sweep:
+    __slots__ = (
+        "retention",
+        "_chunks",
+        "_due",
+        "_entries",
+        "_passes",
+        "_again",
+        "_todo",
+        "_next",
+        "_at",
+        "_chunk_due",
+    )  # one per pair: a fleet holds thousands
+
     def __init__(self, retention: Retention) -> None:
         self.retention = retention
         self.reset()
