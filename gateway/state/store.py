@@ -42,7 +42,7 @@ class ThreadStore:
         self._values: dict[str, bytes] = {}
         self.thread_of: Callable[[str], str | None] = thread_of or _same
         # keys committed or loaded since the last `take_changed` (None: not asked for
-        # yet, nothing noted); bounded by the keys held, each noted once
+        # yet, nothing noted): each key once, until the next sweep pass takes them
         self._changed: dict[str, None] | None = None
 
     def get(self, thread_id: str) -> ThreadState | None:
