@@ -37,6 +37,7 @@ def make_pair(
     topics: set[str] | None = None,
     retention: Retention | None = None,
     agent_topics: AgentTopics = TOPICS,
+    burst: int = 5,
 ) -> tuple[PartitionPair, CollectorRegistry]:
     registry = CollectorRegistry()
     known = topics if topics is not None else {"replies"}
@@ -45,7 +46,7 @@ def make_pair(
         wait_s,
         retention or Retention(10**9, 10**9, 10**9),
         Metrics(registry),
-        WarningLimiter(5, 60_000),
+        WarningLimiter(burst, 60_000),
         known.__contains__,
     )
     pair = PartitionPair(agent_topics, 0, ctx)
