@@ -40,6 +40,7 @@ from tests.integration.test_gateway_durability import (
 pytestmark = pytest.mark.integration
 
 VERIFICATION = "transaction.partition.verification.enable"
+INVALID_TXN_STATE = 48  # the error code of a transactional write the broker cannot verify
 
 
 class NoRound:
@@ -127,9 +128,15 @@ async def hang(
             GroupMetadata(group, -1, ""),
             {tp: (pending, "")},
         )
-        async with verification_off(settings):
-            node = await producer.client.coordinator_lookup(CoordinationType.GROUP, group)
-            answer = await producer.client.send(node, late)
+        # Tests in the other lane may turn verification back on meanwhile (one broker),
+        # and a dynamic config takes a moment to reach the handlers: while the write is
+        # refused as unverifiable (INVALID_TXN_STATE), turn it off and send it again.
+        for _ in range(10):
+            async with verification_off(settings):
+                node = await producer.client.coordinator_lookup(CoordinationType.GROUP, group)
+                answer = await producer.client.send(node, late)
+            if [p[1] for t in answer.topics for p in t[1]] != [INVALID_TXN_STATE]:
+                break
         assert [p[1] for t in answer.topics for p in t[1]] == [0], answer
     finally:
         await producer.stop()
