@@ -34,6 +34,7 @@ import orjson
 
 from gateway.core.reading import expiry
 from gateway.core.requests.sweep import answered_ids
+from gateway.core.values.jsontext import fitted
 from gateway.core.values.thread import InterruptRecord, RunStatus, ThreadState
 
 FORMAT_VERSION = 1
@@ -138,7 +139,7 @@ class Opened:
             body["toolName"] = self.tool_name
         if self.cut:
             body["cut"] = list(self.cut)
-        return orjson.dumps(body)
+        return fitted(orjson.dumps(body))
 
     @staticmethod
     def from_json(value: bytes) -> Opened:
@@ -226,17 +227,19 @@ class RunClosed:
     group: str | None = None
 
     def to_json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "v": FORMAT_VERSION,
-                "kind": "run",
-                "agent": self.agent,
-                "thread": self.thread,
-                "run": self.run,
-                "status": self.status,
-                "closedAtMs": self.closed_at_ms,
-                "group": self.group,
-            }
+        return fitted(
+            orjson.dumps(
+                {
+                    "v": FORMAT_VERSION,
+                    "kind": "run",
+                    "agent": self.agent,
+                    "thread": self.thread,
+                    "run": self.run,
+                    "status": self.status,
+                    "closedAtMs": self.closed_at_ms,
+                    "group": self.group,
+                }
+            )
         )
 
     @staticmethod

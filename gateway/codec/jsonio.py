@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from gateway.core.reading.shape import remove_paths
-from gateway.core.values.jsontext import to_json
+from gateway.core.values.jsontext import fitted, to_json
 
 JSONDecodeError = orjson.JSONDecodeError
 verbatim = orjson.Fragment
@@ -402,7 +402,7 @@ def forwarded(received: bytes, removed: list[tuple[str | int, ...]], value: Any)
         return received
     if numbers_as_written(received):
         try:
-            return orjson.dumps(value)
+            return fitted(orjson.dumps(value))
         except orjson.JSONEncodeError:
             pass  # deeper than orjson writes: the exact path
     out = without(received, removed)

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from gateway.core.values.jsontext import fitted
 from gateway.inbox.items import iso
 
 AUDIT_VERSION = 1
@@ -106,8 +107,7 @@ def read(value: bytes | None) -> Verdict | None:
         "atMs": decided,
         "at": iso(decided),
     }
-    # a copy of its own size: orjson's bytes keep the whole 4 KiB buffer it wrote into
-    return Verdict(agent, thread, decided, forwarded_run, bytes(memoryview(orjson.dumps(answer))))
+    return Verdict(agent, thread, decided, forwarded_run, fitted(orjson.dumps(answer)))
 
 
 def _count(value: Any) -> int:

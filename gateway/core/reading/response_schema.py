@@ -29,6 +29,7 @@ import orjson
 
 from gateway.core.values.bytecache import ByteLRU
 from gateway.core.values.findings import pointer
+from gateway.core.values.jsontext import fitted
 
 MAX_ERRORS = 5
 MAX_SCHEMA_BYTES = 64 * 1024  # the schema's canonical JSON
@@ -83,7 +84,7 @@ def canonical(schema: object) -> bytes | str:
     if not isinstance(schema, dict):
         return "responseSchema is not an object"
     try:
-        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        return fitted(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
     except orjson.JSONEncodeError:
         return "it is nested deeper than 254 levels or holds an integer beyond 64 bits"
 
