@@ -311,6 +311,11 @@ class Settings(BaseSettings):
     commit_min_records: int = Field(default=0, ge=0)
     """Records pending in a pair's round that start its commit before
     commit_min_interval_ms has passed (0: only the interval counts)."""
+    pending_max_bytes: int = Field(default=16 * 2**20, ge=2**20)
+    """What the pairs' rounds not yet committed may hold (their outputs and thread
+    states, in bytes) before each commits at once and a pair whose commit is still under
+    way stops fetching until it ends: it bounds the memory a backlog takes (a restart's
+    catch-up, a burst after an outage), whatever its size."""
     transaction_timeout_ms: int = Field(default=60000, ge=1000)
     """Producer transaction timeout."""
     revoke_timeout_s: float = Field(default=10.0, gt=0)

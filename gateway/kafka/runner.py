@@ -9,6 +9,7 @@ and requests topics meet on one instance) reads both topics with
 - `Checkpoint` (checkpoint.py): a round's records and offsets in one transaction;
 - `Restorer` (restore.py): a pair's changelog read into a store;
 - `Fences` (fences.py): how far a pair's events must be read before its requests;
+- `HoldBack` (holdback.py): a backlog's pending rounds bounded, pairs paused meanwhile;
 - `PartitionPair` (pair.py) fills a `Round` (round.py), shaped by shaping.py;
 - `Status` (status.py) keeps what the gauges show, read at scrape time.
 
@@ -43,6 +44,7 @@ from gateway.kafka.assign.restore import Restorer
 from gateway.kafka.assign.standby import Standbys
 from gateway.kafka.assign.status import Status
 from gateway.kafka.exactly_once.checkpoint import Checkpoint
+from gateway.kafka.exactly_once.holdback import HoldBack
 from gateway.kafka.exactly_once.instancecheckpoint import InstanceCheckpoint
 from gateway.kafka.exactly_once.pacing import CommitPacing
 from gateway.kafka.exactly_once.transaction import read_failure
@@ -223,6 +225,7 @@ class Gateway:
         self.standbys: Standbys | None = None
         self.busy: dict[PairKey, PairSlot] = {}  # pairs with records, pending work or a sweep
         self.fences: Fences | None = None
+        self.hold_back: HoldBack | None = None
         self._running = False
         self._recount_due = False
         self.sweeps = SweepPlan(settings.sweep_interval_s, SWEEP_SLICE)
@@ -426,6 +429,13 @@ class Gateway:
                 self.settings.commit_min_interval_ms / 1000, self.settings.commit_min_records
             ),
         )
+        self.hold_back = HoldBack(
+            consumer,
+            self.assignment.committer,
+            self.assignment.holds,
+            self.settings.pending_max_bytes,
+            self.metrics.fetch_held_back,
+        )
         self._running = True
         return self.assignment
 
@@ -513,8 +523,8 @@ class Gateway:
     async def round(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """One round: hand out records, fence, judge, sweep, commit what is due."""
         assert self.consumer is not None and self.assignment is not None
-        assert self.fences is not None
-        a, fences = self.assignment, self.fences
+        assert self.fences is not None and self.hold_back is not None
+        a, fences, hold_back = self.assignment, self.fences, self.hold_back
         mono = time.monotonic()
         for tp, messages in batch.items():
             found = a.slot_for(tp)
@@ -563,7 +573,12 @@ class Gateway:
         self._sweep(ready, starting, wall_ms)
         # Committed in the background: the next round is judged meanwhile. A failed
         # commit rewinds both layers and prepares the pair again with a fresh producer.
-        a.committer.launch(self._due(ready, mono))
+        # Rounds holding too much commit now, and the pairs still committing stop
+        # fetching until their commit ends (a backlog's memory is bounded).
+        over = hold_back.over(ready)
+        a.committer.launch(self._due(ready, mono, over))
+        if over:
+            hold_back.hold(ready)
         for slot in ready:
             pair = slot.pair
             if not (pair.has_work() or pair.has_pending() or pair.sweeping):
@@ -586,12 +601,13 @@ class Gateway:
             # (reference counting still frees them).
             gc.freeze()
 
-    def _due(self, ready: list[PairSlot], mono: float) -> list[PairSlot]:
+    def _due(self, ready: list[PairSlot], mono: float, over: bool = False) -> list[PairSlot]:
         """The pairs whose round commits now.
 
         Decided requests are committed at once (their outputs wait on it). What only
         events changed (state, event warnings) may wait up to commit_interval_ms:
-        replaying those events after a crash rebuilds the same state.
+        replaying those events after a crash rebuilds the same state. Every round is
+        due when the rounds pending hold pending_max_bytes (`over`).
         """
         commit_after = self.settings.commit_interval_ms / 1000
         due = []
@@ -604,7 +620,8 @@ class Gateway:
             if current.started is None:
                 current.started = mono
             if (
-                current.decided_any
+                over
+                or current.decided_any
                 or mono - current.started >= commit_after
                 or current.size() >= PENDING_LIMIT
             ):

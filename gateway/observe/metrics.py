@@ -272,6 +272,11 @@ class Metrics:
         for start in ("beginning", "standby"):
             self.state_restore_records.labels(start)
         self.transactions = counter("transactions", "Transactions, by result.", ("result",))
+        self.fetch_held_back = counter(
+            "fetch_held_back",
+            "Times a pair stopped fetching until its commit under way ended: the rounds "
+            "not yet committed held pending_max_bytes or more.",
+        )
         self.merge_wait_expired = agent_counter(
             "merge_wait_expired",
             "Requests rejected as events_lagging after waiting merge_max_wait_ms for a lagging "

@@ -69,6 +69,9 @@ class Round:
         "base",
         "answers",
         "at_ms",
+        "_state_bytes",
+        "_out_bytes",
+        "_out_counted",
     )
 
     def __init__(
@@ -100,6 +103,9 @@ class Round:
         self.base: dict[str, ThreadState | None] = {}
         self.answers: dict[str, dict[str, str]] = {}
         self.at_ms = 0
+        self._state_bytes = 0  # the changelog values of the states put
+        self._out_bytes = 0  # the keys and values of out[:_out_counted]
+        self._out_counted = 0
 
     # --- what the round holds -----------------------------------------------------------
 
@@ -114,6 +120,18 @@ class Round:
     def size(self) -> int:
         return len(self.out) + len(self.changes)
 
+    def held_bytes(self) -> int:
+        """What the round's records hold: its outputs' keys and values and its states'
+        changelog values (the interrupts topic records it derives at its commit are of
+        the same order, one per open or closed interrupt). Outputs are counted as they
+        are first asked about, so each is counted once."""
+        out, counted, total = self.out, self._out_counted, self._out_bytes
+        for i in range(counted, len(out)):
+            record = out[i]
+            total += len(record.key or b"") + len(record.value or b"")
+        self._out_bytes, self._out_counted = total, len(out)
+        return total + self._state_bytes
+
     # --- a record's defect boundary -------------------------------------------------------
 
     def mark(self) -> Mark:
@@ -125,6 +143,8 @@ class Round:
         State changes need no undoing: a record puts its state last, after everything
         that can fail.
         """
+        if mark.out < self._out_counted:  # outputs counted are taken back: count anew
+            self._out_counted = self._out_bytes = 0
         del self.out[mark.out :]
         del self.deferred[mark.deferred :]
         del self.decided[mark.decided :]
@@ -137,7 +157,10 @@ class Round:
     def put(self, old: ThreadState | None, new: ThreadState, key: str | None = None) -> None:
         key = new.thread_id if key is None else key
         # First: a state that cannot be encoded raises here, before anything changed.
-        self._encoded[key] = (new, changelog.encode(new))
+        value = changelog.encode(new)
+        replaced = self._encoded.get(key)
+        self._encoded[key] = (new, value)
+        self._state_bytes += len(value) - (len(replaced[1]) if replaced is not None else 0)
         if key not in self.base:
             self.base[key] = old
         self.open_delta += len(new.interrupts) - (len(old.interrupts) if old else 0)
@@ -156,7 +179,9 @@ class Round:
             self.base[key] = old
         self.open_delta -= len(old.interrupts)
         self.thread_delta -= 1
-        self._encoded.pop(key, None)
+        replaced = self._encoded.pop(key, None)
+        if replaced is not None:
+            self._state_bytes -= len(replaced[1])
         self.changes[key] = None
 
     def active_changes(self) -> dict[bytes, bool]:
