@@ -23,10 +23,11 @@ if TYPE_CHECKING:  # the bench's subprocess runner, for its type only
     from bench.gatewayrun import GatewayProcess
 
 
-def rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """The process's resident memory now (`VmRSS`), or at its peak so far (`VmHWM`)."""
     try:
         for line in open(f"/proc/{pid}/status"):
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass

@@ -17,7 +17,9 @@ For each fleet size (`--fleet 1,10,50`) and layout, in a namespace of its own:
    starting the process to the first `/readyz` that answers 200 with every
    pair of the fleet assigned; then its consumer group's committed offsets must
    cover the events;
-3. idle (no traffic): gateway CPU, RSS (`/proc/PID/status`), TCP connections
+3. idle (no traffic): gateway CPU, RSS and its peak so far (`/proc/PID/status`: the
+   startup catch-up's), how often the catch-up held a pair's fetching back (`/metrics`:
+   `pending_max_bytes`), TCP connections
    to the broker (the process's sockets in `/proc/PID/net/tcp*` whose remote
    port is the broker's, established), `/metrics` size and scrape time
    (median of 3);
@@ -86,6 +88,7 @@ ADD_AGENT_RATE = 50.0
 AFTER_ASSIGNED_S = 2.0
 CREATE_BATCH = 200  # topics per create request
 LAST_ASSIGNMENT = "agui_gateway_last_assignment_timestamp_seconds"
+HELD_BACK = "agui_gateway_fetch_held_back_total"
 # settings of the fleet's gateway on top of its defaults (`--fleet-setting`), e.g. to measure
 # one beside the defaults in the same session
 SETTINGS: dict[str, str] = {}
@@ -457,7 +460,8 @@ async def one_size(ctx: Context, agents: int, layout: str = "agent") -> dict[str
         finally:
             await gateway.stop()
     ctx.log(
-        f"{label}: ready {out['ready_seconds']} s, RSS {out['rss_bytes'] / 2**20:.0f} MiB, "
+        f"{label}: ready {out['ready_seconds']} s, RSS {out['rss_bytes'] / 2**20:.0f} MiB "
+        f"(peak {out['rss_peak_bytes'] / 2**20:.0f} MiB, held back {out['held_back']} times), "
         f"{out['connections']} broker connections, /metrics {out['metrics_bytes'] / 1000:.0f} KB "
         f"({out['scrape_ms']:.0f} ms), CPU idle {out['cpu_percent_idle']}%; "
         + ", ".join(
@@ -488,6 +492,9 @@ async def _idle(gateway: GatewayProcess, pid: int, ctx: Context, seconds: float)
     return {
         "cpu_percent_idle": round(100 * cpu, 1),
         "rss_bytes": rss_bytes(pid),
+        # the startup catch-up's peak, and how often it held a pair's fetching back
+        "rss_peak_bytes": rss_bytes(pid, "VmHWM"),
+        "held_back": int(gateway.metrics().get(HELD_BACK, 0)),
         "connections": broker_connections(pid, int(ctx.bootstrap.rsplit(":", 1)[1])),
         "metrics_bytes": scrapes[-1][0],
         "scrape_ms": round(1000 * statistics.median(s for _, s in scrapes), 1),
@@ -661,6 +668,7 @@ TARGETS = {
 SUPPORTING = {
     "agent": [
         ("scrape_ms", "/metrics scrape time", "ms"),
+        ("rss_peak_mib", "peak RSS (the startup catch-up's)", "MiB"),
         ("p99_ms_50rps", "request → visible forward p99 at 50 requests/s in total", "ms"),
         ("cpu_percent_50rps", "gateway CPU at 50 requests/s", "%"),
         ("cpu_percent_200rps", "gateway CPU at 200 requests/s", "%"),
@@ -672,6 +680,8 @@ SUPPORTING = {
     ],
     "group": [
         ("scrape_ms", "/metrics scrape time", "ms"),
+        ("rss_peak_mib", "peak RSS (the startup catch-up's)", "MiB"),
+        ("held_back", "pairs held back while reading the backlog (pending_max_bytes)", "times"),
         ("cpu_percent_50rps", "gateway CPU at 50 requests/s", "%"),
         ("cpu_percent_200rps", "gateway CPU at 200 requests/s", "%"),
         ("add_agent_worst_ms", "adding one agent: worst latency of the others", "ms"),
@@ -755,6 +765,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     for r in results:
         if "rss_bytes" in r:
             r["rss_mib"] = round(r["rss_bytes"] / 2**20, 1)
+            r["rss_peak_mib"] = round(r["rss_peak_bytes"] / 2**20, 1)
             r["metrics_kb"] = round(r["metrics_bytes"] / 1000, 1)
     measured = [r for r in results if "not_ready" not in r]
     figures: list[Figure] = []

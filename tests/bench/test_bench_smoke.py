@@ -55,6 +55,9 @@ EXPECTED = {
     "fleet.group.2.cpu_percent_idle",
     "fleet.group.2.p99_ms_50rps",
     "fleet.group.2.p99_ms_200rps",
+    "fleet.group.2.rss_peak_mib",
+    "fleet.group.2.held_back",
+    "fleet.2.rss_peak_mib",
     # the whole loop (issue 25): edge, gateway, bridge and an agent stub, per approving resume
     # the inbox's view (issue 28): memory per open interrupt, the API's percentiles
     "inbox.bytes_per_interrupt",
@@ -72,11 +75,13 @@ EXPECTED = {
     "loop.to_client_p95_ms",
 }
 # figures that may truly be zero (p99 already back in the first window after the pause;
-# an idle gateway that used no CPU tick in the idle span)
+# an idle gateway that used no CPU tick in the idle span; a backlog far under
+# pending_max_bytes, never held back)
 MAY_BE_ZERO = {
     "pause.recovery_seconds",
     "fleet.2.cpu_percent_idle",
     "fleet.group.2.cpu_percent_idle",
+    "fleet.group.2.held_back",
 }
 
 
