@@ -1,5 +1,5 @@
 """JSON the gateway keeps holds its own length: orjson's bytes keep the whole buffer
-orjson wrote into (4 KiB at least, about eight times a long string's length) for as
+orjson wrote into (4 KiB at least, 8 to 13 times a long string's length) for as
 long as they live, and a record kept until its commit, or a cached text, cost that."""
 
 from __future__ import annotations

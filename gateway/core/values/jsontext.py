@@ -26,8 +26,8 @@ def to_json(value: object, *, sort_keys: bool = False) -> bytes:
 
 def fitted(written: bytes) -> bytes:
     """orjson's output in a bytes object of its own size. The bytes orjson returns keep
-    the whole buffer it wrote into for as long as they live: 4 KiB at least, and about
-    eight times the length of a long string in the value (orjson 3.12 and later), so
+    the whole buffer it wrote into for as long as they live: 4 KiB at least, and 8 to 13
+    times the length of a long string in the value (orjson 3.12 and later), so
     every record kept until its commit, every cached text, cost that much. Joining it
     with an empty one copies it (0.03 µs for a small value)."""
     return b"".join((written, b""))
