@@ -37,7 +37,7 @@ class HoldBack:
         committer: Committer,
         holds: Callable[[PairSlot], bool],
         max_bytes: int,
-        held: Counter | None = None,
+        held: Counter,
     ) -> None:
         self.consumer = consumer
         self.committer = committer
@@ -70,8 +70,7 @@ class HoldBack:
                 continue
             self.consumer.pause(*live)
             self._held[slot.key] = slot
-            if self.held_count is not None:
-                self.held_count.inc()
+            self.held_count.inc()
             task.add_done_callback(functools.partial(self._release, slot))
 
     def _release(self, slot: PairSlot, _: asyncio.Task[None]) -> None:
